@@ -1,0 +1,17 @@
+//! Database schema for mcp-pool, as timestamped sea-orm migrations.
+//!
+//! One `Migrator` runs the same migrations on SQLite (the embedded default) and PostgreSQL.
+//! Migrations are append-only: a released migration is never edited, a change is a new file.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_initial_schema;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_initial_schema::Migration)]
+    }
+}

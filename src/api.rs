@@ -1,0 +1,72 @@
+//! HTTP: routing, auth extraction, request/response shapes, error mapping.
+//!
+//! Only this module knows axum and JSON field names. Handlers are thin: extract, call one
+//! service method, turn the result into a view.
+
+mod assistants;
+mod auth;
+mod error;
+mod extract;
+mod health;
+mod keys;
+mod presets;
+mod servers;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Request, Uri};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+pub use error::ApiError;
+
+use crate::config::Settings;
+use crate::services::Services;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub services: Services,
+    pub settings: Arc<Settings>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.settings.server.max_body_bytes;
+    Router::new()
+        .merge(health::routes())
+        .merge(servers::routes())
+        .merge(assistants::routes())
+        .merge(presets::routes())
+        .merge(keys::routes())
+        .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                axum::response::IntoResponse::into_response(ApiError::Panic)
+            },
+        ))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let request_id = request
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!(
+                    "http",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id,
+                    key_id = tracing::field::Empty,
+                    user = tracing::field::Empty,
+                )
+            }),
+        )
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}

@@ -1,0 +1,141 @@
+//! The single place where errors become HTTP: status, stable code and JSON body.
+//!
+//! Body: `{"error":{"code":"MCP_SERVER_NOT_FOUND","message":"..."}}`. Internal failures are
+//! logged in full and answered with a generic message, so database details never leak.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Domain(#[from] Error),
+    #[error("the request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidBody(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("the request body is larger than this service accepts")]
+    PayloadTooLarge,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the X-User-Id header is required")]
+    MissingUserId,
+    #[error("X-User-Id: {0}")]
+    InvalidUserId(String),
+    #[error("no route for {0}")]
+    RouteNotFound(String),
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    #[error("not ready: {0}")]
+    NotReady(String),
+    #[error("internal error")]
+    Panic,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Domain(err) => (domain_status(err), err.code()),
+            ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "INVALID_JSON"),
+            ApiError::InvalidBody(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_ERROR"),
+            ApiError::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE")
+            }
+            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST"),
+            ApiError::MissingUserId => (StatusCode::BAD_REQUEST, "MISSING_USER_ID"),
+            ApiError::InvalidUserId(_) => (StatusCode::BAD_REQUEST, "INVALID_USER_ID"),
+            ApiError::RouteNotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
+            ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
+            ApiError::Panic => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+        }
+    }
+}
+
+fn domain_status(err: &Error) -> StatusCode {
+    match err {
+        Error::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(..) => StatusCode::NOT_FOUND,
+        Error::Conflict(_) | Error::LimitReached(_) => StatusCode::CONFLICT,
+        Error::ForbiddenCommand(_) | Error::UrlNotAllowed(_) | Error::Forbidden(_) => {
+            StatusCode::FORBIDDEN
+        }
+        Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        Error::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Store(_) | Error::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = if status.is_server_error() {
+            tracing::error!(error = %self, ?self, code, "request failed");
+            match status {
+                StatusCode::SERVICE_UNAVAILABLE => "the service is temporarily unavailable".into(),
+                _ => "internal error; see the service log".into(),
+            }
+        } else {
+            self.to_string()
+        };
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error: ErrorDetail { code, message },
+            }),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonDataError(e) => ApiError::InvalidBody(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::InvalidJson(e.body_text()),
+            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType(
+                "send the body as JSON with Content-Type: application/json".into(),
+            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+            other => ApiError::BadRequest(other.body_text()),
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}

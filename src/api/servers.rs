@@ -1,0 +1,153 @@
+//! `/api/mcp-servers`: the caller's MCP server definitions.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json as JsonResponse, Router};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::AppState;
+use super::auth::UserContext;
+use super::error::ApiError;
+use super::extract::{Json, Path};
+use crate::domain::{McpServer, Transport};
+use crate::services::ServerInput;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/mcp-servers", get(list).post(create))
+        .route(
+            "/api/mcp-servers/{id}",
+            get(read).put(update).delete(remove),
+        )
+}
+
+/// A server as users see it: secrets masked, only the fields of its transport present.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    id: String,
+    name: String,
+    #[serde(rename = "type")]
+    transport: &'static str,
+    is_active: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preset_args: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<BTreeMap<String, String>>,
+    timeout_secs: Option<u32>,
+    disabled_tools: Vec<String>,
+    auto_approve_tools: Vec<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<McpServer> for ServerView {
+    fn from(server: McpServer) -> Self {
+        let spec = server.spec;
+        let mut view = ServerView {
+            id: server.id.to_string(),
+            name: spec.name.as_str().to_owned(),
+            transport: spec.transport.kind().as_str(),
+            is_active: spec.is_active,
+            base_url: None,
+            headers: None,
+            preset: None,
+            preset_args: None,
+            command: None,
+            args: None,
+            env: None,
+            timeout_secs: spec.timeout_secs,
+            disabled_tools: spec.disabled_tools,
+            auto_approve_tools: spec.auto_approve_tools,
+            created_at: server.created_at,
+            updated_at: server.updated_at,
+        };
+        match spec.transport {
+            Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => {
+                view.base_url = Some(endpoint.url.to_string());
+                view.headers = Some(endpoint.headers.masked());
+            }
+            Transport::Stdio(launch) => {
+                view.env = Some(launch.env.masked());
+                view.preset = Some(launch.preset);
+                view.preset_args = Some(launch.preset_args);
+                view.command = Some(launch.command);
+                view.args = Some(launch.args);
+            }
+        }
+        view
+    }
+}
+
+#[derive(Serialize)]
+struct ServerList {
+    servers: Vec<ServerView>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    ctx: UserContext,
+) -> Result<JsonResponse<ServerList>, ApiError> {
+    let servers = state.services.servers.list(&ctx.user).await?;
+    Ok(JsonResponse(ServerList {
+        servers: servers.into_iter().map(ServerView::from).collect(),
+    }))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Json(input): Json<ServerInput>,
+) -> Result<(StatusCode, JsonResponse<ServerView>), ApiError> {
+    let server = state.services.servers.create(&ctx.user, input).await?;
+    Ok((StatusCode::CREATED, JsonResponse(server.into())))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<ServerView>, ApiError> {
+    Ok(JsonResponse(
+        state.services.servers.get(&ctx.user, &id).await?.into(),
+    ))
+}
+
+async fn update(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(input): Json<ServerInput>,
+) -> Result<JsonResponse<ServerView>, ApiError> {
+    Ok(JsonResponse(
+        state
+            .services
+            .servers
+            .update(&ctx.user, &id, input)
+            .await?
+            .into(),
+    ))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.services.servers.delete(&ctx.user, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

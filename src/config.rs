@@ -1,0 +1,246 @@
+//! Typed, layered settings.
+//!
+//! `config/default.toml` is compiled in (so the binary runs from any directory), then
+//! `config/local.toml`, an explicit `--config` file, `MCP_POOL__SECTION__KEY` variables and
+//! finally `DATABASE_URL` / `MCP_POOL_ADMIN_KEY`. Every limit the service enforces is a value
+//! here, not a constant in code.
+
+use std::path::{Path, PathBuf};
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// The defaults, byte for byte the file in `config/`.
+pub const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration could not be loaded: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("configuration key `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub storage: StorageSettings,
+    pub database: DatabaseSettings,
+    pub pool: PoolSettings,
+    pub agent: AgentSettings,
+    pub confirmation: ConfirmationSettings,
+    pub limits: LimitSettings,
+    pub security: SecuritySettings,
+    pub auth: AuthSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    pub host: String,
+    pub port: u16,
+    pub max_body_bytes: usize,
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// Empty means the embedded SQLite file; may hold a password, so it is a secret.
+    pub url: SecretString,
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    pub connect_timeout_secs: u64,
+    pub tool_cache_ttl_secs: u64,
+    pub idle_timeout_secs: u64,
+    pub default_call_timeout_secs: u32,
+    pub max_call_timeout_secs: u32,
+    pub max_connections_per_user: u32,
+    pub max_stdio_processes: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    pub max_tool_rounds: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationSettings {
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    pub max_servers_per_user: u64,
+    pub max_secret_entries: usize,
+    pub max_value_bytes: usize,
+    pub max_tool_list_entries: usize,
+    pub max_servers_per_assistant: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecuritySettings {
+    /// Base64 of 32 bytes; empty means "use or create `<data_dir>/encryption.key`".
+    pub encryption_key: SecretString,
+    pub allow_loopback_urls: bool,
+    pub allow_private_urls: bool,
+    pub allowed_url_hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    pub key_cache_ttl_secs: u64,
+    /// Taken from `MCP_POOL_ADMIN_KEY`: the admin key installed on first start.
+    #[serde(default)]
+    pub bootstrap_admin_key: Option<SecretString>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Settings {
+    /// Loads every layer, reading the process environment.
+    pub fn load(explicit_file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(
+                DEFAULT_CONFIG,
+                config::FileFormat::Toml,
+            ))
+            .add_source(config::File::with_name("config/local").required(false));
+        if let Some(path) = explicit_file {
+            builder = builder.add_source(config::File::from(path).required(true));
+        }
+        builder = builder
+            .add_source(
+                config::Environment::with_prefix("MCP_POOL")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .list_separator(",")
+                    .with_list_parse_key("security.allowed_url_hosts"),
+            )
+            .set_override_option("database.url", non_empty_env("DATABASE_URL"))?
+            .set_override_option(
+                "auth.bootstrap_admin_key",
+                non_empty_env("MCP_POOL_ADMIN_KEY"),
+            )?;
+        let settings: Settings = builder.build()?.try_deserialize()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// The compiled-in defaults alone, ignoring files and environment (tests start here).
+    pub fn defaults() -> Self {
+        config::Config::builder()
+            .add_source(config::File::from_str(
+                DEFAULT_CONFIG,
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .expect("config/default.toml is valid")
+    }
+
+    /// Rejects values that parse but cannot work, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive: [(&'static str, u64); 9] = [
+            ("pool.connect_timeout_secs", self.pool.connect_timeout_secs),
+            ("pool.idle_timeout_secs", self.pool.idle_timeout_secs),
+            (
+                "pool.default_call_timeout_secs",
+                self.pool.default_call_timeout_secs.into(),
+            ),
+            (
+                "pool.max_connections_per_user",
+                self.pool.max_connections_per_user.into(),
+            ),
+            ("agent.max_tool_rounds", self.agent.max_tool_rounds.into()),
+            ("confirmation.timeout_secs", self.confirmation.timeout_secs),
+            (
+                "database.max_connections",
+                self.database.max_connections.into(),
+            ),
+            ("server.max_body_bytes", self.server.max_body_bytes as u64),
+            ("limits.max_value_bytes", self.limits.max_value_bytes as u64),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be greater than 0".into(),
+                });
+            }
+        }
+        if self.pool.default_call_timeout_secs > self.pool.max_call_timeout_secs {
+            return Err(ConfigError::Invalid {
+                key: "pool.default_call_timeout_secs",
+                reason: format!(
+                    "must not exceed pool.max_call_timeout_secs ({})",
+                    self.pool.max_call_timeout_secs
+                ),
+            });
+        }
+        if self.server.host.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "server.host",
+                reason: "must not be empty".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_validate() {
+        let settings = Settings::defaults();
+        settings.validate().unwrap();
+        assert_eq!(settings.pool.connect_timeout_secs, 30);
+        assert_eq!(settings.pool.tool_cache_ttl_secs, 300);
+        assert_eq!(settings.pool.idle_timeout_secs, 1800);
+        assert_eq!(settings.agent.max_tool_rounds, 20);
+    }
+
+    #[test]
+    fn zero_timeout_names_the_key() {
+        let mut settings = Settings::defaults();
+        settings.pool.idle_timeout_secs = 0;
+        let err = settings.validate().unwrap_err().to_string();
+        assert!(err.contains("pool.idle_timeout_secs"), "{err}");
+    }
+}

@@ -1,0 +1,14 @@
+//! Domain types: validated identifiers and the definitions users and admins manage.
+//!
+//! Everything here is parsed at the edge and valid afterwards; nothing here knows HTTP,
+//! JSON field names or the database.
+
+mod ids;
+mod preset;
+mod secret_map;
+mod server;
+
+pub use ids::{AssistantId, ServerName, UserId};
+pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
+pub use secret_map::{MASK, SecretMap};
+pub use server::{McpServer, RemoteEndpoint, ServerSpec, StdioLaunch, Transport, TransportKind};

@@ -1,0 +1,160 @@
+//! A user's MCP server definition. The transport enum carries exactly the fields its kind
+//! needs, so a stdio server with a URL (or a remote one with a command) cannot exist.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use url::Url;
+use uuid::Uuid;
+
+use super::{SecretMap, ServerName, UserId};
+use crate::error::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    Stdio,
+    /// The legacy HTTP+SSE transport (2024-11-05 spec).
+    Sse,
+    StreamableHttp,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Sse => "sse",
+            TransportKind::StreamableHttp => "streamableHttp",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        match raw {
+            "stdio" => Ok(TransportKind::Stdio),
+            "sse" => Ok(TransportKind::Sse),
+            "streamableHttp" => Ok(TransportKind::StreamableHttp),
+            other => Err(Error::validation(format!(
+                "type '{other}' is not one of stdio, sse, streamableHttp"
+            ))),
+        }
+    }
+
+    /// Seed 001's rule when the type is omitted for a URL: a path ending in `/mcp` is
+    /// streamable HTTP, anything else the legacy SSE transport.
+    pub fn infer_from_url(url: &Url) -> Self {
+        if url.path().trim_end_matches('/').ends_with("/mcp") {
+            TransportKind::StreamableHttp
+        } else {
+            TransportKind::Sse
+        }
+    }
+
+    pub fn is_remote(self) -> bool {
+        self != TransportKind::Stdio
+    }
+}
+
+/// How a stdio server is started: always from an admin preset plus the user's slot values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioLaunch {
+    pub preset: String,
+    pub preset_args: BTreeMap<String, String>,
+    /// The user's env slot values (secret).
+    pub env: SecretMap,
+    /// The command and arguments the preset resolved to when the server was saved; shown to
+    /// the user. The pool resolves the preset again at connect time.
+    pub command: String,
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteEndpoint {
+    pub url: Url,
+    pub headers: SecretMap,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    Stdio(StdioLaunch),
+    Sse(RemoteEndpoint),
+    StreamableHttp(RemoteEndpoint),
+}
+
+impl Transport {
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            Transport::Stdio(_) => TransportKind::Stdio,
+            Transport::Sse(_) => TransportKind::Sse,
+            Transport::StreamableHttp(_) => TransportKind::StreamableHttp,
+        }
+    }
+
+    pub fn remote(&self) -> Option<&RemoteEndpoint> {
+        match self {
+            Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => Some(endpoint),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    pub fn stdio(&self) -> Option<&StdioLaunch> {
+        match self {
+            Transport::Stdio(launch) => Some(launch),
+            _ => None,
+        }
+    }
+}
+
+/// Everything a user decides about a server; validated before it is stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub name: ServerName,
+    pub transport: Transport,
+    pub is_active: bool,
+    /// Per-request timeout; `None` uses `pool.default_call_timeout_secs`.
+    pub timeout_secs: Option<u32>,
+    pub disabled_tools: Vec<String>,
+    pub auto_approve_tools: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServer {
+    pub id: Uuid,
+    pub user_id: UserId,
+    pub spec: ServerSpec,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_paths_ending_in_mcp_mean_streamable_http() {
+        let cases = [
+            ("https://x.example/mcp", TransportKind::StreamableHttp),
+            ("https://x.example/api/mcp/", TransportKind::StreamableHttp),
+            ("https://x.example/sse", TransportKind::Sse),
+            ("https://x.example/mcpx", TransportKind::Sse),
+            ("https://x.example/", TransportKind::Sse),
+        ];
+        for (url, kind) in cases {
+            assert_eq!(
+                TransportKind::infer_from_url(&Url::parse(url).unwrap()),
+                kind,
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn transport_names_round_trip_and_unknown_is_refused() {
+        for kind in [
+            TransportKind::Stdio,
+            TransportKind::Sse,
+            TransportKind::StreamableHttp,
+        ] {
+            assert_eq!(TransportKind::parse(kind.as_str()).unwrap(), kind);
+        }
+        assert!(TransportKind::parse("websocket").is_err());
+    }
+}

@@ -1,0 +1,22 @@
+//! mcp-pool: a multi-tenant MCP connection-pool service.
+//!
+//! A tour of the layers, outside in (see ARCHITECTURE.md for the invariants):
+//! - [`api`]: axum routes, auth extractors, request/response shapes, the one error mapping.
+//! - [`services`]: domain logic and rules (limits, presets, URL policy, key handling).
+//! - [`domain`]: validated types (`UserId`, `ServerName`, `ServerSpec`, `PresetSpec`, ...).
+//! - [`store`]: sea-orm entities and repositories; the only module that touches the DB.
+//! - [`security`]: sealing secrets at rest, the outbound-URL guard, API key material.
+//! - [`config`], [`telemetry`], [`startup`]: settings, logging, and `Application`.
+
+pub mod api;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod security;
+pub mod services;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+
+pub use config::Settings;
+pub use startup::Application;

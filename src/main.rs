@@ -1,0 +1,154 @@
+//! The `mcp-pool` binary: parses the command line and calls into the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mcp_pool::security::ApiKeyRole;
+use mcp_pool::services::Services;
+use mcp_pool::{Application, Settings, startup, store, telemetry};
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-pool",
+    version,
+    about = "Multi-tenant MCP connection-pool service"
+)]
+struct Cli {
+    /// An extra configuration file, layered over config/default.toml and config/local.toml.
+    #[arg(long, global = true, env = "MCP_POOL_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service (the default when no command is given).
+    Serve,
+    /// Create or upgrade the database schema, then exit.
+    Migrate,
+    /// Manage API keys directly in the database.
+    Keys {
+        #[command(subcommand)]
+        action: KeysCommand,
+    },
+    /// Inspect the configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key and print it (it is shown only this once).
+    Create {
+        #[arg(long, value_enum)]
+        role: Role,
+        #[arg(long, default_value = "created with the CLI")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Load and validate every configuration layer, then print the effective settings.
+    Check,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Role {
+    Service,
+    Admin,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("mcp-pool: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(&settings.log);
+    match run(cli.command.unwrap_or(Command::Serve), settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mcp-pool: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => {
+            let mut app = Application::build(settings).await?;
+            if let Some(key) = app.take_generated_admin_key() {
+                println!(
+                    "\n  First start: created an admin API key. It is shown only now; keep it safe:\n\n    {key}\n"
+                );
+            }
+            app.run_until_stopped().await?;
+        }
+        Command::Migrate => {
+            startup::open_store(&settings).await?.close().await;
+            println!("database is up to date");
+        }
+        Command::Keys {
+            action: KeysCommand::Create { role, name },
+        } => {
+            let store = startup::open_store(&settings).await?;
+            let services = Services::new(store.clone(), settings.into());
+            let role = match role {
+                Role::Service => ApiKeyRole::Service,
+                Role::Admin => ApiKeyRole::Admin,
+            };
+            let (record, secret) = services.keys.create(&name, role).await?;
+            println!("{secret}");
+            eprintln!(
+                "created {} key {} ({})",
+                role.as_str(),
+                record.id,
+                record.name
+            );
+            store.close().await;
+        }
+        Command::Config {
+            action: ConfigCommand::Check,
+        } => {
+            let database = store::database_url(&settings);
+            let shown = if database.starts_with("sqlite:") {
+                database
+            } else {
+                "(external database; URL hidden)".into()
+            };
+            println!("configuration OK");
+            println!(
+                "  listen      {}:{}",
+                settings.server.host, settings.server.port
+            );
+            println!("  database    {shown}");
+            println!("  data dir    {}", settings.storage.data_dir.display());
+            println!(
+                "  pool        connect {}s, tool cache {}s, idle {}s, call timeout {}s",
+                settings.pool.connect_timeout_secs,
+                settings.pool.tool_cache_ttl_secs,
+                settings.pool.idle_timeout_secs,
+                settings.pool.default_call_timeout_secs
+            );
+            println!(
+                "  agent       max tool rounds {}",
+                settings.agent.max_tool_rounds
+            );
+            println!(
+                "  confirm     timeout {}s",
+                settings.confirmation.timeout_secs
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! Security primitives: sealing secrets at rest, the outbound-URL policy and API keys.
+//!
+//! Kept apart from services so the rules are in one place and unit-tested on their own.
+
+pub mod api_key;
+pub mod crypto;
+pub mod url_guard;
+
+pub use api_key::{ApiKeyRole, GeneratedKey};
+pub use crypto::{Cipher, CryptoError};
+pub use url_guard::UrlPolicy;

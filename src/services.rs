@@ -1,0 +1,72 @@
+//! Domain logic: what may be created, changed, bound and who may do it.
+//!
+//! Services validate input into domain types, enforce per-user limits and map storage
+//! outcomes (a duplicate row, a missing row) to meaningful errors. They know neither HTTP
+//! nor SQL.
+
+mod assistants;
+mod keys;
+mod presets;
+mod servers;
+
+pub use assistants::AssistantService;
+pub use keys::{KeyService, Principal};
+pub use presets::{PresetInput, PresetService, SlotInput};
+pub use servers::{ServerInput, ServerService};
+
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::security::UrlPolicy;
+use crate::store::Store;
+
+/// Every service, cheap to clone into request handlers.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Store,
+    pub servers: ServerService,
+    pub assistants: AssistantService,
+    pub presets: PresetService,
+    pub keys: KeyService,
+}
+
+impl Services {
+    pub fn new(store: Store, settings: Arc<Settings>) -> Self {
+        let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
+        Self {
+            servers: ServerService::new(store.clone(), settings.clone(), url_policy),
+            assistants: AssistantService::new(store.clone(), settings.clone()),
+            presets: PresetService::new(store.clone(), settings.clone()),
+            keys: KeyService::new(store.clone(), &settings),
+            store,
+        }
+    }
+}
+
+/// Trims, refuses empty/odd entries, drops duplicates (keeping first order) and bounds
+/// the length of a tool-name list.
+fn normalize_tool_list(
+    field: &str,
+    tools: Vec<String>,
+    max: usize,
+) -> crate::error::Result<Vec<String>> {
+    if tools.len() > max {
+        return Err(crate::error::Error::validation(format!(
+            "{field} has more than {max} entries"
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let tool = tool.trim().to_owned();
+        if tool.is_empty() || tool.len() > 128 || tool.chars().any(char::is_control) {
+            return Err(crate::error::Error::validation(format!(
+                "{field} entries must be 1 to 128 characters without control characters"
+            )));
+        }
+        if seen.insert(tool.clone()) {
+            out.push(tool);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,154 @@
+//! API keys: authentication of every request, creation, revocation, first-start bootstrap.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use moka::future::Cache;
+use secrecy::{ExposeSecret, SecretString};
+use uuid::Uuid;
+
+use crate::config::Settings;
+use crate::error::{Error, Resource, Result};
+use crate::security::api_key::hash_key;
+use crate::security::{ApiKeyRole, GeneratedKey};
+use crate::store::{ApiKeyRecord, Store, StoreError};
+
+/// Who is calling, once the bearer key checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Principal {
+    pub key_id: Uuid,
+    pub role: ApiKeyRole,
+}
+
+#[derive(Clone)]
+pub struct KeyService {
+    store: Store,
+    /// Accepted keys by digest, so authentication is not a database query per request.
+    /// Only hits are cached: a wrong key always costs a lookup, a revoked one ages out.
+    accepted: Cache<String, Principal>,
+}
+
+impl KeyService {
+    pub fn new(store: Store, settings: &Settings) -> Self {
+        let accepted = Cache::builder()
+            .max_capacity(10_000)
+            .time_to_live(Duration::from_secs(settings.auth.key_cache_ttl_secs))
+            .build();
+        Self { store, accepted }
+    }
+
+    pub async fn authenticate(&self, secret: &str) -> Result<Principal> {
+        let hash = hash_key(secret);
+        if let Some(principal) = self.accepted.get(&hash).await {
+            return Ok(principal);
+        }
+        let record = self
+            .store
+            .api_keys()
+            .find_active_by_hash(&hash)
+            .await?
+            .ok_or_else(|| Error::Unauthorized("the API key is not valid".into()))?;
+        let principal = Principal {
+            key_id: record.id,
+            role: record.role,
+        };
+        self.accepted.insert(hash, principal).await;
+        Ok(principal)
+    }
+
+    /// Creates a key; the returned secret is the only copy that will ever exist.
+    pub async fn create(&self, name: &str, role: ApiKeyRole) -> Result<(ApiKeyRecord, String)> {
+        let name = name.trim();
+        if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+            return Err(Error::validation(
+                "name must be 1 to 128 characters without control characters",
+            ));
+        }
+        let generated = GeneratedKey::new();
+        let record = self.insert(name, role, &generated).await?;
+        tracing::info!(key = %record.id, role = role.as_str(), "API key created");
+        Ok((record, generated.secret))
+    }
+
+    pub async fn list(&self) -> Result<Vec<ApiKeyRecord>> {
+        Ok(self.store.api_keys().list().await?)
+    }
+
+    /// Revokes a key; the last active admin key cannot be revoked (nobody could make more).
+    pub async fn revoke(&self, id: &str) -> Result<ApiKeyRecord> {
+        let not_found = || Error::NotFound(Resource::ApiKey, id.to_owned());
+        let uuid = Uuid::parse_str(id).map_err(|_| not_found())?;
+        let repo = self.store.api_keys();
+        let record = repo.get(uuid).await?.ok_or_else(not_found)?;
+        if record.revoked_at.is_some() {
+            return Err(Error::Conflict("the API key is already revoked".into()));
+        }
+        if record.role == ApiKeyRole::Admin && repo.count_active_admins().await? <= 1 {
+            return Err(Error::Conflict(
+                "the last active admin key cannot be revoked; create another admin key first"
+                    .into(),
+            ));
+        }
+        repo.revoke(uuid, Utc::now()).await?;
+        self.accepted.invalidate(&record.key_hash).await;
+        tracing::info!(key = %uuid, "API key revoked");
+        repo.get(uuid).await?.ok_or_else(not_found)
+    }
+
+    /// On start: installs `MCP_POOL_ADMIN_KEY` if given, or, when no admin key exists at
+    /// all, generates one. Returns a generated secret so the caller can print it once.
+    pub async fn bootstrap(&self, configured: Option<&SecretString>) -> Result<Option<String>> {
+        let repo = self.store.api_keys();
+        if let Some(secret) = configured {
+            let generated = GeneratedKey::from_secret(secret.expose_secret().trim().to_owned());
+            if generated.secret.len() < 16 {
+                return Err(Error::validation(
+                    "MCP_POOL_ADMIN_KEY must be at least 16 characters",
+                ));
+            }
+            if repo.find_active_by_hash(&generated.hash).await?.is_none() {
+                match self
+                    .insert(
+                        "bootstrap admin (MCP_POOL_ADMIN_KEY)",
+                        ApiKeyRole::Admin,
+                        &generated,
+                    )
+                    .await
+                {
+                    Ok(_) => tracing::info!("installed the admin key from MCP_POOL_ADMIN_KEY"),
+                    Err(Error::Store(StoreError::Duplicate)) => tracing::warn!(
+                        "MCP_POOL_ADMIN_KEY was revoked earlier and stays revoked; set a new one"
+                    ),
+                    Err(other) => return Err(other),
+                }
+            }
+            return Ok(None);
+        }
+        if repo.count_active_admins().await? > 0 {
+            return Ok(None);
+        }
+        let generated = GeneratedKey::new();
+        self.insert("bootstrap admin", ApiKeyRole::Admin, &generated)
+            .await?;
+        Ok(Some(generated.secret))
+    }
+
+    async fn insert(
+        &self,
+        name: &str,
+        role: ApiKeyRole,
+        key: &GeneratedKey,
+    ) -> Result<ApiKeyRecord> {
+        let record = ApiKeyRecord {
+            id: Uuid::now_v7(),
+            name: name.to_owned(),
+            role,
+            key_hash: key.hash.clone(),
+            key_prefix: key.prefix.clone(),
+            created_at: Utc::now(),
+            revoked_at: None,
+        };
+        self.store.api_keys().insert(&record).await?;
+        Ok(record)
+    }
+}

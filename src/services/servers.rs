@@ -1,0 +1,374 @@
+//! Users' MCP server definitions: create, read, update, delete, with every rule applied.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::normalize_tool_list;
+use crate::config::Settings;
+use crate::domain::{
+    MASK, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch, Transport,
+    TransportKind, UserId,
+};
+use crate::error::{Error, Resource, Result};
+use crate::security::UrlPolicy;
+use crate::store::{Store, StoreError};
+
+/// Fields a user may send when creating or updating a server. Every field is optional so
+/// the same shape serves both: on update, an absent (or null) field keeps its value.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInput {
+    pub name: Option<String>,
+    #[serde(rename = "type")]
+    pub transport: Option<String>,
+    pub is_active: Option<bool>,
+    #[serde(alias = "url")]
+    pub base_url: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(alias = "timeout")]
+    pub timeout_secs: Option<u32>,
+    pub preset: Option<String>,
+    pub preset_args: Option<BTreeMap<String, String>>,
+    /// Only accepted when it equals what the preset resolves to (GET -> PUT round trips).
+    pub command: Option<String>,
+    /// Only accepted when it equals what the preset resolves to (GET -> PUT round trips).
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub disabled_tools: Option<Vec<String>>,
+    pub auto_approve_tools: Option<Vec<String>>,
+}
+
+#[derive(Clone)]
+pub struct ServerService {
+    store: Store,
+    settings: Arc<Settings>,
+    url_policy: Arc<UrlPolicy>,
+}
+
+impl ServerService {
+    pub fn new(store: Store, settings: Arc<Settings>, url_policy: Arc<UrlPolicy>) -> Self {
+        Self {
+            store,
+            settings,
+            url_policy,
+        }
+    }
+
+    pub async fn list(&self, user: &UserId) -> Result<Vec<McpServer>> {
+        Ok(self.store.servers().list(user).await?)
+    }
+
+    pub async fn get(&self, user: &UserId, id: &str) -> Result<McpServer> {
+        let uuid = parse_server_id(id)?;
+        self.store
+            .servers()
+            .get(user, uuid)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::McpServer, id.to_owned()))
+    }
+
+    pub async fn create(&self, user: &UserId, input: ServerInput) -> Result<McpServer> {
+        let repo = self.store.servers();
+        let limit = self.settings.limits.max_servers_per_user;
+        if repo.count(user).await? >= limit {
+            return Err(Error::LimitReached(format!(
+                "a user may define at most {limit} MCP servers"
+            )));
+        }
+        let spec = self.build_spec(input, None).await?;
+        let now = Utc::now();
+        let server = McpServer {
+            id: Uuid::now_v7(),
+            user_id: user.clone(),
+            spec,
+            created_at: now,
+            updated_at: now,
+        };
+        repo.insert(&server)
+            .await
+            .map_err(|e| duplicate_name(e, &server.spec.name))?;
+        tracing::info!(user = %user, server = %server.id, transport = server.spec.transport.kind().as_str(), "MCP server created");
+        Ok(server)
+    }
+
+    pub async fn update(&self, user: &UserId, id: &str, input: ServerInput) -> Result<McpServer> {
+        let mut server = self.get(user, id).await?;
+        server.spec = self.build_spec(input, Some(&server.spec)).await?;
+        server.updated_at = Utc::now();
+        let updated = self
+            .store
+            .servers()
+            .update(&server)
+            .await
+            .map_err(|e| duplicate_name(e, &server.spec.name))?;
+        if !updated {
+            return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
+        }
+        tracing::info!(user = %user, server = %server.id, "MCP server updated");
+        Ok(server)
+    }
+
+    pub async fn delete(&self, user: &UserId, id: &str) -> Result<()> {
+        let uuid = parse_server_id(id)?;
+        if !self.store.servers().delete(user, uuid).await? {
+            return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
+        }
+        tracing::info!(user = %user, server = %uuid, "MCP server deleted");
+        Ok(())
+    }
+
+    /// Validates `input` laid over `current` (None when creating) into a complete spec.
+    async fn build_spec(
+        &self,
+        input: ServerInput,
+        current: Option<&ServerSpec>,
+    ) -> Result<ServerSpec> {
+        let name = match (&input.name, current) {
+            (Some(raw), _) => ServerName::parse(raw)?,
+            (None, Some(current)) => current.name.clone(),
+            (None, None) => return Err(Error::validation("name is required")),
+        };
+        let kind = self.transport_kind(&input, current)?;
+        // Fields of the current transport carry over only while the family is unchanged.
+        let carried = current
+            .map(|c| &c.transport)
+            .filter(|t| t.kind().is_remote() == kind.is_remote());
+        let transport = if kind.is_remote() {
+            self.remote_transport(kind, &input, carried).await?
+        } else {
+            self.stdio_transport(&input, carried.and_then(Transport::stdio))
+                .await?
+        };
+        let limits = &self.settings.limits;
+        let timeout_secs = match input.timeout_secs {
+            Some(secs) => {
+                let max = self.settings.pool.max_call_timeout_secs;
+                if secs == 0 || secs > max {
+                    return Err(Error::validation(format!(
+                        "timeoutSecs must be between 1 and {max}"
+                    )));
+                }
+                Some(secs)
+            }
+            None => current.and_then(|c| c.timeout_secs),
+        };
+        let tool_list =
+            |field: &str, given: Option<Vec<String>>, current: Option<&Vec<String>>| match given {
+                Some(list) => normalize_tool_list(field, list, limits.max_tool_list_entries),
+                None => Ok(current.cloned().unwrap_or_default()),
+            };
+        Ok(ServerSpec {
+            name,
+            transport,
+            is_active: input
+                .is_active
+                .or(current.map(|c| c.is_active))
+                .unwrap_or(true),
+            timeout_secs,
+            disabled_tools: tool_list(
+                "disabledTools",
+                input.disabled_tools,
+                current.map(|c| &c.disabled_tools),
+            )?,
+            auto_approve_tools: tool_list(
+                "autoApproveTools",
+                input.auto_approve_tools,
+                current.map(|c| &c.auto_approve_tools),
+            )?,
+        })
+    }
+
+    fn transport_kind(
+        &self,
+        input: &ServerInput,
+        current: Option<&ServerSpec>,
+    ) -> Result<TransportKind> {
+        if let Some(raw) = &input.transport {
+            return TransportKind::parse(raw);
+        }
+        if input.preset.is_some() || input.command.is_some() {
+            return Ok(TransportKind::Stdio);
+        }
+        if let Some(raw) = &input.base_url {
+            let url = url::Url::parse(raw.trim())
+                .map_err(|e| Error::validation(format!("baseUrl is not a valid URL: {e}")))?;
+            return Ok(TransportKind::infer_from_url(&url));
+        }
+        current.map(|c| c.transport.kind()).ok_or_else(|| {
+            Error::validation(
+                "type is required (stdio, sse or streamableHttp), or give baseUrl or preset",
+            )
+        })
+    }
+
+    async fn remote_transport(
+        &self,
+        kind: TransportKind,
+        input: &ServerInput,
+        carried: Option<&Transport>,
+    ) -> Result<Transport> {
+        let stdio_fields = [
+            ("preset", input.preset.is_some()),
+            ("presetArgs", input.preset_args.is_some()),
+            ("command", input.command.is_some()),
+            ("args", input.args.is_some()),
+            ("env", input.env.is_some()),
+        ];
+        if let Some((field, _)) = stdio_fields.iter().find(|(_, given)| *given) {
+            return Err(Error::validation(format!(
+                "{field} only applies to stdio servers, not {}",
+                kind.as_str()
+            )));
+        }
+        let current = carried.and_then(Transport::remote);
+        let url = match (&input.base_url, current) {
+            (Some(raw), _) => self.url_policy.check(raw).await?,
+            (None, Some(endpoint)) => endpoint.url.clone(),
+            (None, None) => {
+                return Err(Error::validation(format!(
+                    "baseUrl is required for {} servers",
+                    kind.as_str()
+                )));
+            }
+        };
+        let current_headers = current.map(|e| e.headers.clone()).unwrap_or_default();
+        let headers = match &input.headers {
+            Some(update) => {
+                self.secret_update("headers", &current_headers, update, validate_header)?
+            }
+            None => current_headers,
+        };
+        let endpoint = RemoteEndpoint { url, headers };
+        Ok(match kind {
+            TransportKind::Sse => Transport::Sse(endpoint),
+            _ => Transport::StreamableHttp(endpoint),
+        })
+    }
+
+    async fn stdio_transport(
+        &self,
+        input: &ServerInput,
+        current: Option<&StdioLaunch>,
+    ) -> Result<Transport> {
+        if input.base_url.is_some() || input.headers.is_some() {
+            return Err(Error::validation(
+                "baseUrl and headers only apply to sse and streamableHttp servers",
+            ));
+        }
+        let preset_name = match (&input.preset, current) {
+            (Some(name), _) => name.clone(),
+            (None, Some(current)) => current.preset.clone(),
+            (None, None) if input.command.is_some() => {
+                return Err(Error::ForbiddenCommand(
+                    "stdio servers can only be created from an admin preset; choose one from GET /api/presets".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(Error::validation(
+                    "preset is required for stdio servers (see GET /api/presets)",
+                ));
+            }
+        };
+        let preset = self
+            .store
+            .presets()
+            .get(&preset_name)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Preset, preset_name.clone()))?;
+        // Slot values belong to a preset: switching presets starts from none.
+        let current = current.filter(|c| c.preset == preset_name);
+        let preset_args = match (&input.preset_args, current) {
+            (Some(args), _) => args.clone(),
+            (None, Some(current)) => current.preset_args.clone(),
+            (None, None) => BTreeMap::new(),
+        };
+        let current_env = current.map(|c| c.env.clone()).unwrap_or_default();
+        let env = match &input.env {
+            Some(update) => self.secret_update("env", &current_env, update, |_, _| Ok(()))?,
+            None => current_env,
+        };
+        let launch =
+            preset
+                .spec
+                .resolve(&preset_args, &env, self.settings.limits.max_value_bytes)?;
+        if input.command.as_ref().is_some_and(|c| c != &launch.command) {
+            return Err(Error::ForbiddenCommand(format!(
+                "the command of a stdio server comes from preset '{preset_name}' and cannot be chosen"
+            )));
+        }
+        if input.args.as_ref().is_some_and(|a| a != &launch.args) {
+            return Err(Error::ForbiddenCommand(format!(
+                "the arguments of a stdio server come from preset '{preset_name}'; set its slots with presetArgs"
+            )));
+        }
+        Ok(Transport::Stdio(StdioLaunch {
+            preset: preset_name,
+            preset_args,
+            env,
+            command: launch.command,
+            args: launch.args,
+        }))
+    }
+
+    /// Applies a headers/env update: masked values keep the stored secret, limits apply.
+    fn secret_update(
+        &self,
+        field: &str,
+        current: &SecretMap,
+        update: &BTreeMap<String, String>,
+        validate: impl Fn(&str, &str) -> Result<()>,
+    ) -> Result<SecretMap> {
+        let limits = &self.settings.limits;
+        if update.len() > limits.max_secret_entries {
+            return Err(Error::validation(format!(
+                "{field} has more than {} entries",
+                limits.max_secret_entries
+            )));
+        }
+        for (name, value) in update {
+            if value == MASK && current.get(name).is_none() {
+                return Err(Error::validation(format!(
+                    "{field} '{name}' holds the mask placeholder but has no stored value; send the real value"
+                )));
+            }
+            if value.len() > limits.max_value_bytes {
+                return Err(Error::validation(format!(
+                    "{field} '{name}' is longer than {} bytes",
+                    limits.max_value_bytes
+                )));
+            }
+            validate(name, value)?;
+        }
+        Ok(current.merge_update(update.clone()))
+    }
+}
+
+fn validate_header(name: &str, value: &str) -> Result<()> {
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| Error::validation(format!("headers: '{name}' is not a valid header name")))?;
+    http::HeaderValue::from_str(value).map_err(|_| {
+        Error::validation(format!(
+            "headers: the value of '{name}' is not a valid header value"
+        ))
+    })?;
+    Ok(())
+}
+
+/// A malformed id cannot exist, so it answers exactly like a missing one.
+fn parse_server_id(id: &str) -> Result<Uuid> {
+    Uuid::parse_str(id).map_err(|_| Error::NotFound(Resource::McpServer, id.to_owned()))
+}
+
+fn duplicate_name(err: StoreError, name: &ServerName) -> Error {
+    match err {
+        StoreError::Duplicate => Error::Conflict(format!(
+            "an MCP server named '{}' already exists",
+            name.as_str()
+        )),
+        other => other.into(),
+    }
+}

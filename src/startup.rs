@@ -1,0 +1,143 @@
+//! Building and running the service: the same code path for `main` and for tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::config::Settings;
+use crate::security::{Cipher, CryptoError};
+use crate::services::Services;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    #[error("database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("admin key bootstrap failed: {0}")]
+    Bootstrap(crate::error::Error),
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A built, listening service that has not started serving yet.
+pub struct Application {
+    listener: TcpListener,
+    port: u16,
+    state: AppState,
+    shutdown: CancellationToken,
+    generated_admin_key: Option<String>,
+}
+
+/// Opens the database and applies pending migrations; shared by `serve` and `migrate`.
+pub async fn open_store(settings: &Settings) -> Result<Store, StartupError> {
+    let cipher = Arc::new(Cipher::load(
+        &settings.security,
+        &settings.storage.data_dir,
+    )?);
+    let store = Store::connect(settings, cipher).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let settings = Arc::new(settings);
+        let store = open_store(&settings).await?;
+        let services = Services::new(store, settings.clone());
+        let generated_admin_key = services
+            .keys
+            .bootstrap(settings.auth.bootstrap_admin_key.as_ref())
+            .await
+            .map_err(StartupError::Bootstrap)?;
+        let address = format!("{}:{}", settings.server.host, settings.server.port);
+        let listener = TcpListener::bind(&address)
+            .await
+            .map_err(|source| StartupError::Bind { address, source })?;
+        let port = listener.local_addr().map_err(StartupError::Serve)?.port();
+        Ok(Self {
+            listener,
+            port,
+            state: AppState { services, settings },
+            shutdown: CancellationToken::new(),
+            generated_admin_key,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The admin key generated on this first start, if one was; the caller shows it once.
+    pub fn take_generated_admin_key(&mut self) -> Option<String> {
+        self.generated_admin_key.take()
+    }
+
+    /// Cancel it to stop the service as SIGTERM would.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves until SIGINT/SIGTERM or the shutdown token; in-flight requests get
+    /// `server.shutdown_grace_secs` to finish.
+    pub async fn run_until_stopped(self) -> Result<(), StartupError> {
+        let grace = Duration::from_secs(self.state.settings.server.shutdown_grace_secs);
+        let store = self.state.services.store.clone();
+        let shutdown = self.shutdown.clone();
+        let on_signal = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = termination_signal() => {
+                    tracing::info!("termination signal received; shutting down");
+                    on_signal.cancel();
+                }
+                _ = on_signal.cancelled() => {}
+            }
+        });
+        let stopping = shutdown.clone();
+        let server = axum::serve(self.listener, api::router(self.state))
+            .with_graceful_shutdown(async move { stopping.cancelled().await });
+        tracing::info!(port = self.port, "mcp-pool listening");
+        tokio::select! {
+            result = server => result.map_err(StartupError::Serve)?,
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(?grace, "requests still running after the grace period; closing them");
+            }
+        }
+        store.close().await;
+        tracing::info!("mcp-pool stopped");
+        Ok(())
+    }
+}
+
+async fn termination_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

@@ -1,0 +1,183 @@
+//! Persistence: sea-orm entities and one repository per aggregate.
+//!
+//! Only this module touches sea-orm. Repositories take and return domain types; secret
+//! maps are sealed with the [`Cipher`] on the way in and opened on the way out, so nothing
+//! above this layer handles ciphertext and nothing below it sees clear secrets in SQL.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr, SqlErr};
+use secrecy::ExposeSecret;
+
+use crate::config::Settings;
+use crate::domain::SecretMap;
+use crate::security::Cipher;
+
+mod api_keys;
+mod assistants;
+pub mod entities;
+mod presets;
+mod servers;
+
+pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
+pub use assistants::AssistantRepo;
+pub use presets::PresetRepo;
+pub use servers::ServerRepo;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the database is unavailable: {0}")]
+    Unavailable(DbErr),
+    #[error("a row with the same unique key exists")]
+    Duplicate,
+    #[error("database error: {0}")]
+    Db(DbErr),
+    #[error("a stored row could not be read: {0}")]
+    Corrupt(String),
+}
+
+impl From<DbErr> for StoreError {
+    fn from(err: DbErr) -> Self {
+        if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
+            return StoreError::Duplicate;
+        }
+        match err {
+            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => StoreError::Unavailable(err),
+            other => StoreError::Db(other),
+        }
+    }
+}
+
+/// The database handle plus the cipher; hands out repositories.
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: DatabaseConnection,
+    cipher: Arc<Cipher>,
+}
+
+/// The URL the service actually connects to: the configured one, or the embedded SQLite
+/// file in the data directory.
+pub fn database_url(settings: &Settings) -> String {
+    let configured = settings.database.url.expose_secret().trim();
+    if configured.is_empty() {
+        let path = settings.storage.data_dir.join("mcp-pool.db");
+        format!("sqlite://{}?mode=rwc", path.display())
+    } else {
+        configured.to_owned()
+    }
+}
+
+impl Store {
+    /// Connects (creating the SQLite file's directory if needed).
+    pub async fn connect(settings: &Settings, cipher: Arc<Cipher>) -> Result<Self, StoreError> {
+        let url = database_url(settings);
+        let is_sqlite = url.starts_with("sqlite:");
+        if is_sqlite && let Some(dir) = sqlite_file_dir(&url) {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                StoreError::Unavailable(DbErr::Custom(format!(
+                    "cannot create database directory {}: {e}",
+                    dir.display()
+                )))
+            })?;
+        }
+        let mut options = ConnectOptions::new(url);
+        options
+            .max_connections(settings.database.max_connections)
+            .sqlx_logging(false);
+        let db = Database::connect(options).await.map_err(StoreError::from)?;
+        if is_sqlite {
+            // WAL lets readers proceed while a write is in progress.
+            db.execute_unprepared("PRAGMA journal_mode=WAL").await?;
+        }
+        Ok(Self { db, cipher })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        use migration::MigratorTrait;
+        migration::Migrator::up(&self.db, None).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.db.ping().await.map_err(StoreError::from)
+    }
+
+    pub async fn close(self) {
+        let _ = self.db.close().await;
+    }
+
+    pub fn servers(&self) -> ServerRepo {
+        ServerRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn assistants(&self) -> AssistantRepo {
+        AssistantRepo::new(self.db.clone())
+    }
+
+    pub fn presets(&self) -> PresetRepo {
+        PresetRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn api_keys(&self) -> ApiKeyRepo {
+        ApiKeyRepo::new(self.db.clone())
+    }
+}
+
+fn sqlite_file_dir(url: &str) -> Option<std::path::PathBuf> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = path.split('?').next()?;
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    Path::new(path).parent().map(Path::to_path_buf)
+}
+
+/// Seals a secret map as one encrypted JSON object; empty maps are stored as NULL.
+fn seal_map(cipher: &Cipher, map: &SecretMap) -> Option<String> {
+    if map.is_empty() {
+        return None;
+    }
+    let json = serde_json::to_string(map.expose()).expect("a string map serializes");
+    Some(cipher.seal(&json))
+}
+
+fn open_map(cipher: &Cipher, sealed: Option<&str>) -> Result<SecretMap, StoreError> {
+    let Some(sealed) = sealed else {
+        return Ok(SecretMap::default());
+    };
+    let json = cipher
+        .open(sealed)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let map: BTreeMap<String, String> =
+        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(SecretMap::new(map))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(
+    column: &str,
+    value: serde_json::Value,
+) -> Result<T, StoreError> {
+    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+}
+
+fn corrupt(column: &str, err: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{column}: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_directory_is_found_in_urls() {
+        assert_eq!(
+            sqlite_file_dir("sqlite://./data/mcp-pool.db?mode=rwc"),
+            Some("./data".into())
+        );
+        assert_eq!(sqlite_file_dir("sqlite::memory:"), None);
+    }
+}

@@ -1,0 +1,70 @@
+//! `assistant_mcp_servers`: which of a user's servers an assistant uses, in order.
+
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    TransactionTrait,
+};
+use uuid::Uuid;
+
+use super::StoreError;
+use super::entities::assistant_server;
+use crate::domain::{AssistantId, UserId};
+
+#[derive(Debug, Clone)]
+pub struct AssistantRepo {
+    db: DatabaseConnection,
+}
+
+impl AssistantRepo {
+    pub(super) fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+
+    pub async fn bound_servers(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        Ok(assistant_server::Entity::find()
+            .filter(assistant_server::Column::UserId.eq(user.as_str()))
+            .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))
+            .order_by_asc(assistant_server::Column::Position)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|row| row.mcp_server_id)
+            .collect())
+    }
+
+    /// Replaces the whole binding set atomically.
+    pub async fn replace(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        servers: &[Uuid],
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin().await?;
+        assistant_server::Entity::delete_many()
+            .filter(assistant_server::Column::UserId.eq(user.as_str()))
+            .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))
+            .exec(&txn)
+            .await?;
+        if !servers.is_empty() {
+            let rows =
+                servers
+                    .iter()
+                    .enumerate()
+                    .map(|(position, id)| assistant_server::ActiveModel {
+                        user_id: Set(user.as_str().to_owned()),
+                        assistant_id: Set(assistant.as_str().to_owned()),
+                        mcp_server_id: Set(*id),
+                        position: Set(position as i32),
+                    });
+            assistant_server::Entity::insert_many(rows)
+                .exec_without_returning(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+}

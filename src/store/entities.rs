@@ -1,0 +1,9 @@
+//! sea-orm entities, one per table. Only `store/` sees these types.
+
+pub mod api_key;
+pub mod assistant_server;
+pub mod audit_entry;
+pub mod conversation;
+pub mod mcp_server;
+pub mod message;
+pub mod preset;

@@ -1,0 +1,22 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "audit_log")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub user_id: String,
+    pub mcp_server_id: Option<Uuid>,
+    pub server_name: String,
+    pub tool_name: String,
+    pub message_id: Option<Uuid>,
+    pub status: String,
+    pub error_code: Option<String>,
+    pub latency_ms: Option<i64>,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

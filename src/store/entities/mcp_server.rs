@@ -1,0 +1,39 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "mcp_servers")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub user_id: String,
+    pub name: String,
+    pub transport: String,
+    pub is_active: bool,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub base_url: Option<String>,
+    /// Sealed JSON object.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub headers: Option<String>,
+    pub timeout_secs: Option<i32>,
+    pub preset: Option<String>,
+    #[sea_orm(column_type = "JsonBinary")]
+    pub preset_args: Json,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub command: Option<String>,
+    #[sea_orm(column_type = "JsonBinary")]
+    pub args: Json,
+    /// Sealed JSON object.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub env: Option<String>,
+    #[sea_orm(column_type = "JsonBinary")]
+    pub disabled_tools: Json,
+    #[sea_orm(column_type = "JsonBinary")]
+    pub auto_approve_tools: Json,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,23 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "messages")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub conversation_id: Option<Uuid>,
+    pub user_id: String,
+    pub role: String,
+    #[sea_orm(column_type = "Text")]
+    pub content: String,
+    /// ToolCallRecord[] (seed 001), embedded in the assistant message.
+    #[sea_orm(column_type = "JsonBinary")]
+    pub tool_calls: Json,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

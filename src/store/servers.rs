@@ -1,0 +1,195 @@
+//! The `mcp_servers` table, always filtered by user.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, TransactionTrait,
+};
+use uuid::Uuid;
+
+use super::entities::{assistant_server, mcp_server};
+use super::{StoreError, corrupt, from_json, open_map, seal_map};
+use crate::domain::{
+    McpServer, RemoteEndpoint, ServerName, ServerSpec, StdioLaunch, Transport, TransportKind,
+    UserId,
+};
+use crate::security::Cipher;
+
+#[derive(Debug, Clone)]
+pub struct ServerRepo {
+    db: DatabaseConnection,
+    cipher: Arc<Cipher>,
+}
+
+impl ServerRepo {
+    pub(super) fn new(db: DatabaseConnection, cipher: Arc<Cipher>) -> Self {
+        Self { db, cipher }
+    }
+
+    pub async fn list(&self, user: &UserId) -> Result<Vec<McpServer>, StoreError> {
+        mcp_server::Entity::find()
+            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .order_by_asc(mcp_server::Column::CreatedAt)
+            .order_by_asc(mcp_server::Column::Id)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|row| self.to_domain(row))
+            .collect()
+    }
+
+    pub async fn get(&self, user: &UserId, id: Uuid) -> Result<Option<McpServer>, StoreError> {
+        mcp_server::Entity::find_by_id(id)
+            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .one(&self.db)
+            .await?
+            .map(|row| self.to_domain(row))
+            .transpose()
+    }
+
+    pub async fn count(&self, user: &UserId) -> Result<u64, StoreError> {
+        Ok(mcp_server::Entity::find()
+            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .count(&self.db)
+            .await?)
+    }
+
+    pub async fn count_using_preset(&self, preset: &str) -> Result<u64, StoreError> {
+        Ok(mcp_server::Entity::find()
+            .filter(mcp_server::Column::Preset.eq(preset))
+            .count(&self.db)
+            .await?)
+    }
+
+    /// Which of `ids` belong to `user`.
+    pub async fn owned_ids(
+        &self,
+        user: &UserId,
+        ids: &[Uuid],
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        Ok(mcp_server::Entity::find()
+            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .filter(mcp_server::Column::Id.is_in(ids.iter().copied()))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|row| row.id)
+            .collect())
+    }
+
+    pub async fn insert(&self, server: &McpServer) -> Result<(), StoreError> {
+        mcp_server::Entity::insert(self.to_row(server))
+            .exec_without_returning(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// Replaces the stored definition; `false` when the row is gone.
+    pub async fn update(&self, server: &McpServer) -> Result<bool, StoreError> {
+        let result = mcp_server::Entity::update_many()
+            .set(self.to_row(server))
+            .filter(mcp_server::Column::Id.eq(server.id))
+            .filter(mcp_server::Column::UserId.eq(server.user_id.as_str()))
+            .exec(&self.db)
+            .await?;
+        Ok(result.rows_affected == 1)
+    }
+
+    /// Deletes the server and its assistant bindings together; `false` when not found.
+    pub async fn delete(&self, user: &UserId, id: Uuid) -> Result<bool, StoreError> {
+        let txn = self.db.begin().await?;
+        let deleted = mcp_server::Entity::delete_many()
+            .filter(mcp_server::Column::Id.eq(id))
+            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if deleted == 1 {
+            assistant_server::Entity::delete_many()
+                .filter(assistant_server::Column::McpServerId.eq(id))
+                .exec(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        Ok(deleted == 1)
+    }
+
+    fn to_row(&self, server: &McpServer) -> mcp_server::ActiveModel {
+        let spec = &server.spec;
+        let (base_url, headers) = match spec.transport.remote() {
+            Some(endpoint) => (
+                Some(endpoint.url.to_string()),
+                seal_map(&self.cipher, &endpoint.headers),
+            ),
+            None => (None, None),
+        };
+        let stdio = spec.transport.stdio();
+        mcp_server::ActiveModel {
+            id: Set(server.id),
+            user_id: Set(server.user_id.as_str().to_owned()),
+            name: Set(spec.name.as_str().to_owned()),
+            transport: Set(spec.transport.kind().as_str().to_owned()),
+            is_active: Set(spec.is_active),
+            base_url: Set(base_url),
+            headers: Set(headers),
+            timeout_secs: Set(spec.timeout_secs.map(|t| t as i32)),
+            preset: Set(stdio.map(|s| s.preset.clone())),
+            preset_args: Set(serde_json::json!(
+                stdio.map(|s| s.preset_args.clone()).unwrap_or_default()
+            )),
+            command: Set(stdio.map(|s| s.command.clone())),
+            args: Set(serde_json::json!(
+                stdio.map(|s| s.args.clone()).unwrap_or_default()
+            )),
+            env: Set(stdio.and_then(|s| seal_map(&self.cipher, &s.env))),
+            disabled_tools: Set(serde_json::json!(spec.disabled_tools)),
+            auto_approve_tools: Set(serde_json::json!(spec.auto_approve_tools)),
+            created_at: Set(server.created_at),
+            updated_at: Set(server.updated_at),
+        }
+    }
+
+    fn to_domain(&self, row: mcp_server::Model) -> Result<McpServer, StoreError> {
+        let kind = TransportKind::parse(&row.transport).map_err(|e| corrupt("transport", e))?;
+        let transport = match kind {
+            TransportKind::Stdio => Transport::Stdio(StdioLaunch {
+                preset: row.preset.ok_or_else(|| corrupt("preset", "missing"))?,
+                preset_args: from_json::<BTreeMap<String, String>>("preset_args", row.preset_args)?,
+                env: open_map(&self.cipher, row.env.as_deref())?,
+                command: row.command.unwrap_or_default(),
+                args: from_json("args", row.args)?,
+            }),
+            TransportKind::Sse | TransportKind::StreamableHttp => {
+                let raw = row.base_url.ok_or_else(|| corrupt("base_url", "missing"))?;
+                let endpoint = RemoteEndpoint {
+                    url: raw.parse().map_err(|e| corrupt("base_url", e))?,
+                    headers: open_map(&self.cipher, row.headers.as_deref())?,
+                };
+                if kind == TransportKind::Sse {
+                    Transport::Sse(endpoint)
+                } else {
+                    Transport::StreamableHttp(endpoint)
+                }
+            }
+        };
+        Ok(McpServer {
+            id: row.id,
+            user_id: UserId::parse(&row.user_id).map_err(|e| corrupt("user_id", e))?,
+            spec: ServerSpec {
+                name: ServerName::parse(&row.name).map_err(|e| corrupt("name", e))?,
+                transport,
+                is_active: row.is_active,
+                timeout_secs: row.timeout_secs.map(|t| t.max(0) as u32),
+                disabled_tools: from_json("disabled_tools", row.disabled_tools)?,
+                auto_approve_tools: from_json("auto_approve_tools", row.auto_approve_tools)?,
+            },
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
