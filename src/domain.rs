@@ -12,3 +12,10 @@ pub use ids::{AssistantId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use server::{McpServer, RemoteEndpoint, ServerSpec, StdioLaunch, Transport, TransportKind};
+
+/// The current time at the precision every supported database stores (microseconds), so
+/// what a create returns equals what later reads return.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::SubsecRound;
+    chrono::Utc::now().trunc_subsecs(6)
+}

@@ -140,22 +140,19 @@ impl Slot {
             (None, None) => String::new(),
         };
         check_text(&format!("{kind} '{}'", self.name), &value, max_bytes)?;
-        match &self.pattern {
-            Some(pattern) => {
-                if given.is_some() && !compile_pattern(kind, pattern)?.is_match(&value) {
-                    return Err(Error::validation(format!(
-                        "{kind} '{}' does not match the pattern {pattern}",
-                        self.name
-                    )));
-                }
-            }
-            None if value.starts_with('-') => {
+        // Defaults were checked against the pattern when the preset was saved.
+        if let Some(pattern) = &self.pattern {
+            if given.is_some() && !compile_pattern(kind, pattern)?.is_match(&value) {
                 return Err(Error::validation(format!(
-                    "{kind} '{}' must not start with '-'",
+                    "{kind} '{}' does not match the pattern {pattern}",
                     self.name
                 )));
             }
-            None => {}
+        } else if value.starts_with('-') {
+            return Err(Error::validation(format!(
+                "{kind} '{}' must not start with '-'",
+                self.name
+            )));
         }
         Ok(value)
     }

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use moka::future::Cache;
 use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
@@ -89,7 +88,7 @@ impl KeyService {
                     .into(),
             ));
         }
-        repo.revoke(uuid, Utc::now()).await?;
+        repo.revoke(uuid, crate::domain::now()).await?;
         self.accepted.invalidate(&record.key_hash).await;
         tracing::info!(key = %uuid, "API key revoked");
         repo.get(uuid).await?.ok_or_else(not_found)
@@ -145,7 +144,7 @@ impl KeyService {
             role,
             key_hash: key.hash.clone(),
             key_prefix: key.prefix.clone(),
-            created_at: Utc::now(),
+            created_at: crate::domain::now(),
             revoked_at: None,
         };
         self.store.api_keys().insert(&record).await?;

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::Utc;
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -85,7 +84,7 @@ impl PresetService {
             .clone()
             .ok_or_else(|| Error::validation("name is required"))?;
         let spec = self.build_spec(name, input, &SecretMap::default())?;
-        let now = Utc::now();
+        let now = crate::domain::now();
         let preset = Preset {
             id: Uuid::now_v7(),
             spec,
@@ -116,7 +115,7 @@ impl PresetService {
             ));
         }
         preset.spec = self.build_spec(name.to_owned(), input, &preset.spec.env)?;
-        preset.updated_at = Utc::now();
+        preset.updated_at = crate::domain::now();
         if !self.store.presets().update(&preset).await? {
             return Err(Error::NotFound(Resource::Preset, name.to_owned()));
         }

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::Utc;
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -80,7 +79,7 @@ impl ServerService {
             )));
         }
         let spec = self.build_spec(input, None).await?;
-        let now = Utc::now();
+        let now = crate::domain::now();
         let server = McpServer {
             id: Uuid::now_v7(),
             user_id: user.clone(),
@@ -98,7 +97,7 @@ impl ServerService {
     pub async fn update(&self, user: &UserId, id: &str, input: ServerInput) -> Result<McpServer> {
         let mut server = self.get(user, id).await?;
         server.spec = self.build_spec(input, Some(&server.spec)).await?;
-        server.updated_at = Utc::now();
+        server.updated_at = crate::domain::now();
         let updated = self
             .store
             .servers()

@@ -1,0 +1,251 @@
+//! Starts the real service on port 0 with a fresh database and talks to it over HTTP.
+//!
+//! SQLite in a temporary directory by default; when `DATABASE_URL` points at PostgreSQL,
+//! each test gets its own freshly created database on that server instead.
+
+use std::sync::Once;
+
+use mcp_pool::{Application, Settings};
+use reqwest::{Method, StatusCode};
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+static TRACING: Once = Once::new();
+
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789abcdef";
+
+pub struct TestApp {
+    pub address: String,
+    pub settings: Settings,
+    pub service_key: String,
+    client: reqwest::Client,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<()>>,
+    _data_dir: TempDir,
+}
+
+/// A response reduced to what tests assert on.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    /// The stable error code of an error body.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or("<no error code>")
+    }
+}
+
+async fn fresh_database_url() -> String {
+    let Ok(base) = std::env::var("DATABASE_URL") else {
+        return String::new();
+    };
+    if !base.starts_with("postgres") {
+        return base;
+    }
+    let name = format!("mcp_pool_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(&base)
+        .await
+        .expect("connect to DATABASE_URL");
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .expect("create a test database");
+    admin.close().await.ok();
+    let (server, _) = base
+        .rsplit_once('/')
+        .expect("DATABASE_URL ends in /<database>");
+    format!("{server}/{name}")
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Like [`spawn_app`], with a chance to change settings first.
+pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    TRACING.call_once(|| {
+        if std::env::var("TEST_LOG").is_ok() {
+            mcp_pool::telemetry::init(&Settings::defaults().log);
+        }
+    });
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let mut settings = Settings::defaults();
+    settings.server.port = 0;
+    settings.storage.data_dir = data_dir.path().to_path_buf();
+    settings.database.url = fresh_database_url().await.into();
+    settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
+    adjust(&mut settings);
+    let mut app = start(settings, data_dir).await;
+    let key = app
+        .admin(
+            Method::POST,
+            "/admin/keys",
+            Some(json!({"name": "backend", "role": "service"})),
+        )
+        .await;
+    assert_eq!(key.status, StatusCode::CREATED, "{}", key.text);
+    app.service_key = key.body["key"].as_str().unwrap().to_owned();
+    app
+}
+
+async fn start(settings: Settings, data_dir: TempDir) -> TestApp {
+    let app = Application::build(settings.clone())
+        .await
+        .expect("service builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(async move {
+        app.run_until_stopped().await.expect("service runs");
+    });
+    TestApp {
+        address,
+        settings,
+        service_key: String::new(),
+        client: reqwest::Client::new(),
+        shutdown,
+        server: Some(server),
+        _data_dir: data_dir,
+    }
+}
+
+impl TestApp {
+    /// Stops the service as SIGTERM would and starts a new one on the same database.
+    pub async fn restart(mut self) -> TestApp {
+        self.shutdown.cancel();
+        self.server
+            .take()
+            .unwrap()
+            .await
+            .expect("service stopped cleanly");
+        let service_key = std::mem::take(&mut self.service_key);
+        let settings = self.settings.clone();
+        let data_dir = std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap());
+        let mut app = start(settings, data_dir).await;
+        app.service_key = service_key;
+        app
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        user: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = self
+            .client
+            .request(method, format!("{}{}", self.address, path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(user) = user {
+            request = request.header("X-User-Id", user);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        into_reply(request.send().await.expect("request sent")).await
+    }
+
+    /// A raw request, for malformed bodies and odd headers.
+    pub async fn send_raw(&self, request: reqwest::RequestBuilder) -> Reply {
+        into_reply(request.send().await.expect("request sent")).await
+    }
+
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.address, path))
+    }
+
+    /// A user-scoped call made with the service key.
+    pub async fn user(&self, user: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send(
+            method,
+            path,
+            Some(&self.service_key.clone()),
+            Some(user),
+            body,
+        )
+        .await
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send(method, path, Some(ADMIN_KEY), None, body).await
+    }
+
+    pub async fn create_server(&self, user: &str, body: Value) -> Reply {
+        self.user(user, Method::POST, "/api/mcp-servers", Some(body))
+            .await
+    }
+
+    /// Creates a server that must succeed and returns its id.
+    pub async fn create_server_ok(&self, user: &str, body: Value) -> String {
+        let reply = self.create_server(user, body).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn create_preset_ok(&self, body: Value) {
+        let reply = self.admin(Method::POST, "/admin/presets", Some(body)).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+
+    /// Every value in the given column, read straight from the database.
+    pub async fn raw_column(&self, table: &str, column: &str) -> Vec<String> {
+        let db = Database::connect(mcp_pool::store::database_url(&self.settings))
+            .await
+            .expect("connect");
+        let rows = db
+            .query_all_raw(sea_orm::Statement::from_string(
+                db.get_database_backend(),
+                format!("SELECT {column} FROM {table}"),
+            ))
+            .await
+            .expect("query");
+        let values = rows
+            .iter()
+            .map(|row| {
+                row.try_get::<Option<String>>("", column)
+                    .unwrap()
+                    .unwrap_or_default()
+            })
+            .collect();
+        db.close().await.ok();
+        values
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn into_reply(response: reqwest::Response) -> Reply {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+/// A streamable-HTTP server body on a public address (not contacted by these tests).
+pub fn remote_server(name: &str) -> Value {
+    json!({ "name": name, "baseUrl": "https://93.184.216.34/mcp" })
+}
