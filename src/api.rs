@@ -5,12 +5,14 @@
 
 mod assistants;
 mod auth;
+mod connections;
 mod error;
 mod extract;
 mod health;
 mod keys;
 mod presets;
 mod servers;
+mod upstream;
 
 use std::sync::Arc;
 
@@ -41,6 +43,8 @@ pub fn router(state: AppState) -> Router {
         .merge(assistants::routes())
         .merge(presets::routes())
         .merge(keys::routes())
+        .merge(upstream::routes())
+        .merge(connections::routes())
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -69,6 +69,8 @@ pub struct PoolSettings {
     pub max_call_timeout_secs: u32,
     pub max_connections_per_user: u32,
     pub max_stdio_processes: u32,
+    /// The only variables a stdio child inherits from the service's environment.
+    pub inherited_env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -145,7 +147,8 @@ impl Settings {
                     .separator("__")
                     .try_parsing(true)
                     .list_separator(",")
-                    .with_list_parse_key("security.allowed_url_hosts"),
+                    .with_list_parse_key("security.allowed_url_hosts")
+                    .with_list_parse_key("pool.inherited_env"),
             )
             .set_override_option("database.url", non_empty_env("DATABASE_URL"))?
             .set_override_option(

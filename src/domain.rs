@@ -7,6 +7,7 @@ mod ids;
 mod preset;
 mod secret_map;
 mod server;
+pub mod tool_name;
 
 pub use ids::{AssistantId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};

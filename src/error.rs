@@ -3,6 +3,8 @@
 //! Lower boundaries (store, later pool/mcp/llm) have their own enums and convert into this
 //! one; `api::error` decides the HTTP status for each variant, in exactly one place.
 
+use crate::mcp::McpError;
+use crate::pool::PoolError;
 use crate::store::StoreError;
 
 /// Kinds of thing a lookup can miss; each has its own stable `*_NOT_FOUND` code.
@@ -11,6 +13,8 @@ pub enum Resource {
     McpServer,
     Preset,
     ApiKey,
+    Tool,
+    Connection,
 }
 
 impl Resource {
@@ -19,6 +23,8 @@ impl Resource {
             Resource::McpServer => "MCP_SERVER_NOT_FOUND",
             Resource::Preset => "PRESET_NOT_FOUND",
             Resource::ApiKey => "API_KEY_NOT_FOUND",
+            Resource::Tool => "TOOL_NOT_FOUND",
+            Resource::Connection => "CONNECTION_NOT_FOUND",
         }
     }
 
@@ -27,6 +33,8 @@ impl Resource {
             Resource::McpServer => "MCP server",
             Resource::Preset => "preset",
             Resource::ApiKey => "API key",
+            Resource::Tool => "tool",
+            Resource::Connection => "connection",
         }
     }
 }
@@ -53,13 +61,37 @@ pub enum Error {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    /// The tool exists but the user disabled it on this server.
+    #[error("tool '{0}' is disabled on this server")]
+    ToolDisabled(String),
+    /// Arguments that do not match the tool's inputSchema; one line per problem.
+    #[error("the arguments do not match the tool's input schema")]
+    InvalidArguments(Vec<String>),
+    #[error("the MCP server is not active; enable it first")]
+    ServerInactive,
+    #[error(transparent)]
+    Pool(#[from] PoolError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
 
+impl From<McpError> for Error {
+    fn from(error: McpError) -> Self {
+        Error::Pool(PoolError::Upstream(error))
+    }
+}
+
 impl Error {
+    /// Extra lines a client can show (e.g. each schema violation).
+    pub fn details(&self) -> Option<&[String]> {
+        match self {
+            Error::InvalidArguments(problems) => Some(problems),
+            _ => None,
+        }
+    }
+
     pub fn validation(message: impl Into<String>) -> Self {
         Error::Validation(message.into())
     }
@@ -75,6 +107,20 @@ impl Error {
             Error::UrlNotAllowed(_) => "URL_NOT_ALLOWED",
             Error::Unauthorized(_) => "UNAUTHORIZED",
             Error::Forbidden(_) => "FORBIDDEN",
+            Error::ToolDisabled(_) => "TOOL_DISABLED",
+            Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
+            Error::ServerInactive => "SERVER_INACTIVE",
+            Error::Pool(pool) => match pool {
+                PoolError::Upstream(McpError::Timeout(_)) => "MCP_TIMEOUT",
+                PoolError::Upstream(McpError::Connect(_) | McpError::Transport(_))
+                | PoolError::Backoff { .. } => "MCP_CONNECTION_ERROR",
+                PoolError::Upstream(McpError::Remote { .. }) => "MCP_SERVER_ERROR",
+                PoolError::Upstream(McpError::Protocol(_)) => "MCP_PROTOCOL_ERROR",
+                PoolError::TooManyConnections(_) => "CONNECTION_LIMIT_REACHED",
+                PoolError::TooManyProcesses(_) => "PROCESS_LIMIT_REACHED",
+                PoolError::Stopped => "MCP_UNAVAILABLE",
+                PoolError::Internal(_) => "INTERNAL_ERROR",
+            },
             Error::Store(StoreError::Unavailable(_)) => "DATABASE_UNAVAILABLE",
             Error::Store(_) | Error::Unexpected(_) => "INTERNAL_ERROR",
         }

@@ -12,6 +12,8 @@ pub mod api;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod mcp;
+pub mod pool;
 pub mod security;
 pub mod services;
 pub mod startup;

@@ -102,7 +102,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             action: KeysCommand::Create { role, name },
         } => {
             let store = startup::open_store(&settings).await?;
-            let services = Services::new(store.clone(), settings.into());
+            let pool = mcp_pool::pool::Pool::start(settings.pool.clone()).await?;
+            let services = Services::new(store.clone(), settings.into(), pool.clone());
             let role = match role {
                 Role::Service => ApiKeyRole::Service,
                 Role::Admin => ApiKeyRole::Admin,

@@ -8,15 +8,18 @@ mod assistants;
 mod keys;
 mod presets;
 mod servers;
+mod upstream;
 
 pub use assistants::AssistantService;
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
+pub use upstream::{ConnectReport, HealthReport, ToolCallReport, UpstreamService};
 
 use std::sync::Arc;
 
 use crate::config::Settings;
+use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::Store;
 
@@ -28,13 +31,27 @@ pub struct Services {
     pub assistants: AssistantService,
     pub presets: PresetService,
     pub keys: KeyService,
+    pub upstream: UpstreamService,
+    pub pool: Pool,
 }
 
 impl Services {
-    pub fn new(store: Store, settings: Arc<Settings>) -> Self {
+    pub fn new(store: Store, settings: Arc<Settings>, pool: Pool) -> Self {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
         Self {
-            servers: ServerService::new(store.clone(), settings.clone(), url_policy),
+            servers: ServerService::new(
+                store.clone(),
+                settings.clone(),
+                url_policy.clone(),
+                pool.clone(),
+            ),
+            upstream: UpstreamService::new(
+                store.clone(),
+                settings.clone(),
+                url_policy,
+                pool.clone(),
+            ),
+            pool,
             assistants: AssistantService::new(store.clone(), settings.clone()),
             presets: PresetService::new(store.clone(), settings.clone()),
             keys: KeyService::new(store.clone(), &settings),

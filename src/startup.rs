@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
 use crate::config::Settings;
+use crate::pool::{Pool, PoolError};
 use crate::security::{Cipher, CryptoError};
 use crate::services::Services;
 use crate::store::{Store, StoreError};
@@ -23,6 +24,8 @@ pub enum StartupError {
         address: String,
         source: std::io::Error,
     },
+    #[error("connection pool: {0}")]
+    Pool(#[from] PoolError),
     #[error("admin key bootstrap failed: {0}")]
     Bootstrap(crate::error::Error),
     #[error("server error: {0}")]
@@ -53,7 +56,8 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
         let store = open_store(&settings).await?;
-        let services = Services::new(store, settings.clone());
+        let pool = Pool::start(settings.pool.clone()).await?;
+        let services = Services::new(store, settings.clone(), pool);
         let generated_admin_key = services
             .keys
             .bootstrap(settings.auth.bootstrap_admin_key.as_ref())
@@ -92,6 +96,7 @@ impl Application {
     pub async fn run_until_stopped(self) -> Result<(), StartupError> {
         let grace = Duration::from_secs(self.state.settings.server.shutdown_grace_secs);
         let store = self.state.services.store.clone();
+        let pool = self.state.services.pool.clone();
         let shutdown = self.shutdown.clone();
         let on_signal = self.shutdown.clone();
         tokio::spawn(async move {
@@ -113,6 +118,8 @@ impl Application {
                 tracing::warn!(?grace, "requests still running after the grace period; closing them");
             }
         }
+        // Every connection actor closes its session; stdio children are killed and reaped.
+        pool.shutdown().await;
         store.close().await;
         tracing::info!("mcp-pool stopped");
         Ok(())

@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::mcp::McpError;
+use crate::pool::PoolError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,8 @@ struct ErrorBody<'a> {
 struct ErrorDetail<'a> {
     code: &'a str,
     message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a [String]>,
 }
 
 impl ApiError {
@@ -81,6 +85,18 @@ fn domain_status(err: &Error) -> StatusCode {
             StatusCode::FORBIDDEN
         }
         Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        Error::ToolDisabled(_) => StatusCode::FORBIDDEN,
+        Error::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::ServerInactive => StatusCode::CONFLICT,
+        Error::Pool(pool) => match pool {
+            PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
+            PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,
+            PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            PoolError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+            PoolError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        },
         Error::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Store(_) | Error::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -98,13 +114,32 @@ impl IntoResponse for ApiError {
         } else {
             self.to_string()
         };
+        let details = match &self {
+            ApiError::Domain(err) => err.details(),
+            _ => None,
+        };
+        let retry_after = match &self {
+            ApiError::Domain(Error::Pool(PoolError::Backoff { retry_in, .. })) => {
+                Some(retry_in.as_secs().max(1))
+            }
+            _ => None,
+        };
         let mut response = (
             status,
             Json(ErrorBody {
-                error: ErrorDetail { code, message },
+                error: ErrorDetail {
+                    code,
+                    message,
+                    details,
+                },
             }),
         )
             .into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -13,6 +13,7 @@ use crate::domain::{
     TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
+use crate::pool::{ConnectionKey, Pool};
 use crate::security::UrlPolicy;
 use crate::store::{Store, StoreError};
 
@@ -46,14 +47,22 @@ pub struct ServerService {
     store: Store,
     settings: Arc<Settings>,
     url_policy: Arc<UrlPolicy>,
+    /// Changing or deleting a server stops its live connection.
+    pool: Pool,
 }
 
 impl ServerService {
-    pub fn new(store: Store, settings: Arc<Settings>, url_policy: Arc<UrlPolicy>) -> Self {
+    pub fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        url_policy: Arc<UrlPolicy>,
+        pool: Pool,
+    ) -> Self {
         Self {
             store,
             settings,
             url_policy,
+            pool,
         }
     }
 
@@ -107,6 +116,13 @@ impl ServerService {
         if !updated {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
+        // The next use connects with the new definition.
+        self.pool
+            .stop(&ConnectionKey {
+                user: user.clone(),
+                server: server.id,
+            })
+            .await;
         tracing::info!(user = %user, server = %server.id, "MCP server updated");
         Ok(server)
     }
@@ -116,6 +132,12 @@ impl ServerService {
         if !self.store.servers().delete(user, uuid).await? {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
+        self.pool
+            .stop(&ConnectionKey {
+                user: user.clone(),
+                server: uuid,
+            })
+            .await;
         tracing::info!(user = %user, server = %uuid, "MCP server deleted");
         Ok(())
     }

@@ -1,0 +1,215 @@
+//! Using a server: `/api/mcp-servers/{id}/connect|tools|resources|prompts` and seed 000's
+//! `/api/mcp/servers/{id}/health`.
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json as JsonResponse, Router};
+use rmcp::model::JsonObject;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::auth::UserContext;
+use super::connections::ConnectionView;
+use super::error::ApiError;
+use super::extract::{Json, Path};
+use crate::domain::tool_name::display_name;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/mcp-servers/{id}/connect", post(connect))
+        .route("/api/mcp-servers/{id}/tools", get(tools))
+        .route("/api/mcp-servers/{id}/tools/{tool}/call", post(call_tool))
+        .route("/api/mcp-servers/{id}/resources", get(resources))
+        .route("/api/mcp-servers/{id}/resources/read", post(read_resource))
+        .route("/api/mcp-servers/{id}/prompts", get(prompts))
+        .route("/api/mcp-servers/{id}/prompts/{name}", post(get_prompt))
+        .route("/api/mcp/servers/{id}/health", get(health))
+}
+
+fn millis(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
+}
+
+async fn connect(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let report = state
+        .services
+        .upstream
+        .test_connection(&ctx.user, &id)
+        .await?;
+    Ok(JsonResponse(json!({
+        "status": "connected",
+        "serverInfo": {"name": report.server_name, "version": report.server_version},
+        "protocolVersion": report.protocol_version,
+        "toolCount": report.tool_count,
+        "latencyMs": millis(report.latency),
+    })))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolView {
+    name: String,
+    display_name: String,
+    description: Option<String>,
+    input_schema: Value,
+    is_enabled: bool,
+    is_auto_approve: bool,
+}
+
+async fn tools(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let (runtime, catalog) = state.services.upstream.tools(&ctx.user, &id).await?;
+    let spec = &runtime.server.spec;
+    let tools: Vec<ToolView> = catalog
+        .tools
+        .iter()
+        .map(|tool| ToolView {
+            display_name: display_name(spec.name.as_str(), &tool.name),
+            name: tool.name.to_string(),
+            description: tool.description.as_ref().map(|d| d.to_string()),
+            input_schema: Value::Object((*tool.input_schema).clone()),
+            is_enabled: !spec.disabled_tools.iter().any(|t| *t == tool.name),
+            is_auto_approve: spec.auto_approve_tools.iter().any(|t| *t == tool.name),
+        })
+        .collect();
+    Ok(JsonResponse(json!({
+        "serverId": runtime.server.id,
+        "serverName": spec.name.as_str(),
+        "tools": tools,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallRequest {
+    #[serde(default)]
+    arguments: Value,
+}
+
+async fn call_tool(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path((id, tool)): Path<(String, String)>,
+    Json(body): Json<CallRequest>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let report = state
+        .services
+        .upstream
+        .call_tool(&ctx.user, &id, &tool, body.arguments)
+        .await?;
+    let is_error = report.outcome.result.is_error.unwrap_or(false);
+    let mut body = serde_json::to_value(&report.outcome.result).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut body {
+        map.insert("isError".into(), Value::Bool(is_error));
+        map.insert(
+            "progress".into(),
+            Value::Array(
+                report
+                    .outcome
+                    .progress
+                    .iter()
+                    .map(
+                        |p| json!({"progress": p.progress, "total": p.total, "message": p.message}),
+                    )
+                    .collect(),
+            ),
+        );
+        map.insert("latencyMs".into(), json!(millis(report.latency)));
+    }
+    Ok(JsonResponse(body))
+}
+
+async fn resources(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let catalog = state.services.upstream.resources(&ctx.user, &id).await?;
+    Ok(JsonResponse(json!({
+        "resources": catalog.resources,
+        "resourceTemplates": catalog.templates,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadRequest {
+    uri: String,
+}
+
+async fn read_resource(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(body): Json<ReadRequest>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let result = state
+        .services
+        .upstream
+        .read_resource(&ctx.user, &id, &body.uri)
+        .await?;
+    Ok(JsonResponse(
+        serde_json::to_value(result).unwrap_or_default(),
+    ))
+}
+
+async fn prompts(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let prompts = state.services.upstream.prompts(&ctx.user, &id).await?;
+    Ok(JsonResponse(json!({ "prompts": *prompts })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PromptRequest {
+    #[serde(default)]
+    arguments: Option<JsonObject>,
+}
+
+async fn get_prompt(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path((id, name)): Path<(String, String)>,
+    Json(body): Json<PromptRequest>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let result = state
+        .services
+        .upstream
+        .get_prompt(&ctx.user, &id, &name, body.arguments)
+        .await?;
+    Ok(JsonResponse(
+        serde_json::to_value(result).unwrap_or_default(),
+    ))
+}
+
+async fn health(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let report = state.services.upstream.health(&ctx.user, &id).await?;
+    let error = report.error.map(|e| {
+        let api = ApiError::from(e);
+        let (_, code) = api.status_and_code();
+        json!({"code": code, "message": api.to_string()})
+    });
+    Ok(JsonResponse(json!({
+        "serverId": id,
+        "status": if report.healthy { "healthy" } else { "unhealthy" },
+        "latencyMs": millis(report.latency),
+        "connection": report.connection.map(ConnectionView::from),
+        "error": error,
+        "checkedAt": crate::domain::now(),
+    })))
+}

@@ -1,0 +1,416 @@
+//! mcp-fixture: a small MCP server with predictable tools, for tests and the load tool.
+//!
+//! `mcp-fixture stdio` speaks MCP on stdin/stdout. `mcp-fixture http [--port N]` serves
+//! streamable HTTP at `/mcp` and the legacy HTTP+SSE transport at `/sse` (+ `POST
+//! /message?sessionId=..`), and prints `listening on http://127.0.0.1:PORT` once ready.
+//!
+//! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
+//! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
+//! `extra` and sends tools/list_changed), `progress` (progress notifications), `env` (reads
+//! an environment variable), `pid`. One resource `fixture://greeting`, one prompt `greet`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use rmcp::model::*;
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+#[derive(Clone, Default)]
+struct Fixture {
+    /// Set by `notify`: the tool list then includes `extra`.
+    extra_tool: Arc<AtomicBool>,
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    Arc::new(value.as_object().cloned().expect("schema is an object"))
+}
+
+fn text(value: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(value)]).into()
+}
+
+fn argument<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a Value> {
+    request.arguments.as_ref().and_then(|args| args.get(name))
+}
+
+impl Fixture {
+    fn tools(&self) -> Vec<Tool> {
+        let mut tools = vec![
+            Tool::new(
+                "echo",
+                "Returns its text",
+                schema(json!({
+                    "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]
+                })),
+            ),
+            Tool::new(
+                "add",
+                "Adds two numbers",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                    "required": ["a", "b"]
+                })),
+            ),
+            Tool::new(
+                "slow",
+                "Sleeps for ms milliseconds",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": 600000}},
+                    "required": ["ms"]
+                })),
+            ),
+            Tool::new(
+                "fail",
+                "Always returns an error result",
+                schema(json!({
+                    "type": "object", "properties": {"message": {"type": "string"}}
+                })),
+            ),
+            Tool::new(
+                "big",
+                "Returns a text of the given size",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"bytes": {"type": "integer", "minimum": 0, "maximum": 67108864}},
+                    "required": ["bytes"]
+                })),
+            ),
+            Tool::new(
+                "crash",
+                "Exits the server process",
+                schema(json!({"type": "object"})),
+            ),
+            Tool::new(
+                "notify",
+                "Adds the tool `extra` and announces tools/list_changed",
+                schema(json!({"type": "object"})),
+            ),
+            Tool::new(
+                "progress",
+                "Sends progress notifications, then returns",
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "steps": {"type": "integer", "minimum": 1, "maximum": 100},
+                        "delayMs": {"type": "integer", "minimum": 0, "maximum": 10000}
+                    },
+                    "required": ["steps"]
+                })),
+            ),
+            Tool::new(
+                "env",
+                "Returns an environment variable or <unset>",
+                schema(json!({
+                    "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]
+                })),
+            ),
+            Tool::new(
+                "pid",
+                "Returns the server's process id",
+                schema(json!({"type": "object"})),
+            ),
+        ];
+        if self.extra_tool.load(Ordering::SeqCst) {
+            tools.push(Tool::new(
+                "extra",
+                "Appears after notify",
+                schema(json!({"type": "object"})),
+            ));
+        }
+        tools
+    }
+}
+
+impl ServerHandler for Fixture {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "mcp-fixture",
+            env!("CARGO_PKG_VERSION"),
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let invalid = |what: &str| McpError::invalid_params(format!("{what}"), None);
+        match request.name.as_ref() {
+            "echo" => {
+                let text_arg = argument(&request, "text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("text is required"))?;
+                Ok(text(text_arg))
+            }
+            "add" => {
+                let a = argument(&request, "a")
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| invalid("a is required"))?;
+                let b = argument(&request, "b")
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| invalid("b is required"))?;
+                Ok(text((a + b).to_string()))
+            }
+            "slow" => {
+                let ms = argument(&request, "ms")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1000);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(text(format!("slept {ms} ms"))),
+                    _ = context.ct.cancelled() => Err(McpError::internal_error("cancelled", None)),
+                }
+            }
+            "fail" => {
+                let message = argument(&request, "message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("this tool always fails");
+                Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into())
+            }
+            "big" => {
+                let bytes = argument(&request, "bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0) as usize;
+                Ok(text("x".repeat(bytes)))
+            }
+            "crash" => std::process::exit(3),
+            "notify" => {
+                self.extra_tool.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                Ok(text("tool list changed"))
+            }
+            "progress" => {
+                let steps = argument(&request, "steps")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(3);
+                let delay = argument(&request, "delayMs")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10);
+                if let Some(token) = context.meta.get_progress_token() {
+                    for step in 1..=steps {
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        let _ = context
+                            .peer
+                            .notify_progress(
+                                ProgressNotificationParam::new(token.clone(), step as f64)
+                                    .with_total(steps as f64)
+                                    .with_message(format!("step {step}")),
+                            )
+                            .await;
+                    }
+                }
+                Ok(text(format!("done after {steps} steps")))
+            }
+            "env" => {
+                let name = argument(&request, "name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("name is required"))?;
+                Ok(text(
+                    std::env::var(name).unwrap_or_else(|_| "<unset>".into()),
+                ))
+            }
+            "pid" => Ok(text(std::process::id().to_string())),
+            "extra" if self.extra_tool.load(Ordering::SeqCst) => Ok(text("extra")),
+            other => Err(McpError::invalid_params(
+                format!("unknown tool {other}"),
+                None,
+            )),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new("fixture://greeting", "greeting").with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if request.uri != "fixture://greeting" {
+            return Err(McpError::resource_not_found(
+                format!("no resource {}", request.uri),
+                None,
+            ));
+        }
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            "hello from the fixture",
+            request.uri,
+        )])
+        .into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "greet",
+            Some("Greets someone"),
+            Some(vec![PromptArgument::new("name").with_required(true)]),
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        if request.name != "greet" {
+            return Err(McpError::invalid_params(
+                format!("no prompt {}", request.name),
+                None,
+            ));
+        }
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("world");
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!("Say hello to {name}"),
+        )])
+        .into())
+    }
+}
+
+/// Legacy SSE sessions: the write side of each session's in-process pipe.
+type Sessions = Arc<Mutex<HashMap<String, tokio::io::WriteHalf<tokio::io::DuplexStream>>>>;
+
+async fn sse_connect(
+    State(sessions): State<Sessions>,
+) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = format!("s{}", NEXT.fetch_add(1, Ordering::SeqCst));
+    let (client_side, server_side) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(service) = Fixture::default().serve(server_side).await {
+            let _ = service.waiting().await;
+        }
+    });
+    let (read, write) = tokio::io::split(client_side);
+    sessions.lock().await.insert(id.clone(), write);
+    let endpoint = futures::stream::once(futures::future::ready(Ok(Event::default()
+        .event("endpoint")
+        .data(format!("/message?sessionId={id}")))));
+    let messages = futures::stream::unfold(BufReader::new(read).lines(), |mut lines| async move {
+        match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(Event::default().event("message").data(line)), lines)),
+            _ => None,
+        }
+    });
+    Sse::new(endpoint.chain(messages)).keep_alive(KeepAlive::default())
+}
+
+async fn sse_message(
+    State(sessions): State<Sessions>,
+    Query(query): Query<HashMap<String, String>>,
+    body: String,
+) -> StatusCode {
+    let Some(id) = query.get("sessionId") else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let mut sessions = sessions.lock().await;
+    let Some(writer) = sessions.get_mut(id) else {
+        return StatusCode::NOT_FOUND;
+    };
+    let line = body.replace('\n', " ") + "\n";
+    match writer.write_all(line.as_bytes()).await {
+        Ok(()) => StatusCode::ACCEPTED,
+        Err(_) => {
+            sessions.remove(id);
+            StatusCode::GONE
+        }
+    }
+}
+
+async fn serve_http(port: u16) -> std::io::Result<()> {
+    let mcp = StreamableHttpService::new(
+        || Ok(Fixture::default()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().disable_allowed_hosts(),
+    );
+    let sessions: Sessions = Arc::default();
+    let app = axum::Router::new()
+        .route("/sse", get(sse_connect))
+        .route("/message", post(sse_message))
+        .with_state(sessions)
+        .nest_service("/mcp", mcp);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    axum::serve(listener, app).await
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("stdio") => match Fixture::default().serve(rmcp::transport::stdio()).await {
+            Ok(service) => service
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(std::io::Error::other),
+            Err(e) => Err(std::io::Error::other(e)),
+        },
+        Some("http") => {
+            let port = match args.get(1).map(String::as_str) {
+                Some("--port") => args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0),
+                _ => 0,
+            };
+            serve_http(port).await
+        }
+        _ => {
+            eprintln!("usage: mcp-fixture stdio | mcp-fixture http [--port N]");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-fixture: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

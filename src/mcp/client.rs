@@ -1,0 +1,332 @@
+//! One live MCP client session, and requests on it that always time out.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, GetPromptRequest,
+    GetPromptRequestParams, GetPromptResult, Implementation, JsonObject, ListPromptsRequest,
+    ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, PaginatedRequestParams,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Resource,
+    ResourceTemplate, ServerResult, Tool,
+};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::{Peer, RoleClient};
+
+use super::McpError;
+use super::handler::PoolClientHandler;
+
+/// Upper bound on pages followed for one list, so a server cannot loop us forever.
+const MAX_LIST_PAGES: usize = 64;
+
+/// One `notifications/progress` received during a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// A tool call's result plus the progress the server reported along the way.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    pub result: CallToolResult,
+    pub progress: Vec<Progress>,
+}
+
+/// Which optional feature families the server announced at initialize.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerFeatures {
+    pub resources: bool,
+    pub prompts: bool,
+}
+
+/// A connected, initialized MCP session. Cheap to share behind an `Arc`: requests take
+/// `&self` and run concurrently on the one connection.
+pub struct McpClient {
+    service: RunningService<RoleClient, PoolClientHandler>,
+}
+
+/// Sends `notifications/cancelled` if the request is abandoned (its caller went away)
+/// before the answer came, so the upstream can stop working on it.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(peer) = self.peer.take() {
+            let id = self.id.clone();
+            tokio::spawn(async move {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the caller went away".into()),
+                    ))
+                    .await;
+            });
+        }
+    }
+}
+
+impl McpClient {
+    pub(super) fn new(service: RunningService<RoleClient, PoolClientHandler>) -> Self {
+        Self { service }
+    }
+
+    pub fn server_info(&self) -> Option<Implementation> {
+        self.service
+            .peer()
+            .peer_info()
+            .and_then(|info| info.server_info.clone())
+    }
+
+    pub fn protocol_version(&self) -> Option<String> {
+        self.service
+            .peer()
+            .peer_info()
+            .map(|info| info.protocol_version.to_string())
+    }
+
+    pub fn capabilities(&self) -> ServerFeatures {
+        self.service
+            .peer()
+            .peer_info()
+            .map(|info| ServerFeatures {
+                resources: info.capabilities.resources.is_some(),
+                prompts: info.capabilities.prompts.is_some(),
+            })
+            .unwrap_or_default()
+    }
+
+    /// True once the transport is gone (child exited, stream closed).
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    async fn request(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, McpError> {
+        let peer = self.service.peer();
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await?;
+        let mut guard = CancelOnDrop {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let result = handle.await_response().await;
+        // Answered, or timed out (rmcp then sends the cancellation itself).
+        guard.peer = None;
+        Ok(result?)
+    }
+
+    async fn list_all<T>(
+        &self,
+        timeout: Duration,
+        make: impl Fn(Option<PaginatedRequestParams>) -> ClientRequest,
+        take: impl Fn(ServerResult) -> Option<(Vec<T>, Option<String>)>,
+    ) -> Result<Vec<T>, McpError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor
+                .take()
+                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let result = self.request(make(params), timeout).await?;
+            let (page, next) =
+                take(result).ok_or_else(|| McpError::Protocol("not a list result".into()))?;
+            items.extend(page);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(items),
+            }
+        }
+        Err(McpError::Protocol(format!(
+            "more than {MAX_LIST_PAGES} pages"
+        )))
+    }
+
+    pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<Tool>, McpError> {
+        self.list_all(
+            timeout,
+            |params| {
+                ClientRequest::ListToolsRequest(match params {
+                    Some(p) => ListToolsRequest::with_param(p),
+                    None => ListToolsRequest::default(),
+                })
+            },
+            |result| match result {
+                ServerResult::ListToolsResult(r) => Some((r.tools, r.next_cursor)),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    pub async fn list_resources(&self, timeout: Duration) -> Result<Vec<Resource>, McpError> {
+        self.list_all(
+            timeout,
+            |params| {
+                ClientRequest::ListResourcesRequest(match params {
+                    Some(p) => ListResourcesRequest::with_param(p),
+                    None => ListResourcesRequest::default(),
+                })
+            },
+            |result| match result {
+                ServerResult::ListResourcesResult(r) => Some((r.resources, r.next_cursor)),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    pub async fn list_resource_templates(
+        &self,
+        timeout: Duration,
+    ) -> Result<Vec<ResourceTemplate>, McpError> {
+        self.list_all(
+            timeout,
+            |params| {
+                ClientRequest::ListResourceTemplatesRequest(match params {
+                    Some(p) => ListResourceTemplatesRequest::with_param(p),
+                    None => ListResourceTemplatesRequest::default(),
+                })
+            },
+            |result| match result {
+                ServerResult::ListResourceTemplatesResult(r) => {
+                    Some((r.resource_templates, r.next_cursor))
+                }
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    pub async fn list_prompts(&self, timeout: Duration) -> Result<Vec<Prompt>, McpError> {
+        self.list_all(
+            timeout,
+            |params| {
+                ClientRequest::ListPromptsRequest(match params {
+                    Some(p) => ListPromptsRequest::with_param(p),
+                    None => ListPromptsRequest::default(),
+                })
+            },
+            |result| match result {
+                ServerResult::ListPromptsResult(r) => Some((r.prompts, r.next_cursor)),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    pub async fn ping(&self, timeout: Duration) -> Result<(), McpError> {
+        let request = ClientRequest::PingRequest(rmcp::model::PingRequest::default());
+        self.request(request, timeout).await.map(|_| ())
+    }
+
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+    ) -> Result<ReadResourceResult, McpError> {
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(uri),
+        ));
+        match self.request(request, timeout).await? {
+            ServerResult::ReadResourceResult(result) => Ok(result),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+    ) -> Result<GetPromptResult, McpError> {
+        let mut params = GetPromptRequestParams::new(name);
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        match self
+            .request(
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(params)),
+                timeout,
+            )
+            .await?
+        {
+            ServerResult::GetPromptResult(result) => Ok(result),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Calls a tool. `timeout` is an idle timeout: each progress notification restarts it,
+    /// and `max_total` bounds the whole call.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+        max_total: Duration,
+    ) -> Result<CallOutcome, McpError> {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(timeout)
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(max_total.max(timeout));
+        let peer = self.service.peer();
+        let handle = peer.send_request_with_option(request, options).await?;
+        // Subscribed right after sending: the first progress can only follow a round trip.
+        let mut progress_stream = self
+            .service
+            .service()
+            .progress
+            .subscribe(handle.progress_token.clone())
+            .await;
+        let mut guard = CancelOnDrop {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let response = handle.await_response();
+        tokio::pin!(response);
+        let mut progress = Vec::new();
+        let result = loop {
+            tokio::select! {
+                result = &mut response => break result,
+                Some(update) = progress_stream.next() => progress.push(Progress {
+                    progress: update.progress,
+                    total: update.total,
+                    message: update.message,
+                }),
+            }
+        };
+        guard.peer = None;
+        // Late notifications already queued belong to this call too.
+        while let Some(Some(update)) = futures::FutureExt::now_or_never(progress_stream.next()) {
+            progress.push(Progress {
+                progress: update.progress,
+                total: update.total,
+                message: update.message,
+            });
+        }
+        match result? {
+            ServerResult::CallToolResult(result) => Ok(CallOutcome { result, progress }),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Closes the session (for stdio: closes stdin, then TERM, then KILL).
+    pub async fn close(&mut self, timeout: Duration) {
+        let _ = self.service.close_with_timeout(timeout).await;
+    }
+}
+
+fn unexpected(result: &ServerResult) -> McpError {
+    let text = serde_json::to_string(result).unwrap_or_default();
+    McpError::Protocol(text.chars().take(200).collect())
+}

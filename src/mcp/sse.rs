@@ -1,0 +1,158 @@
+//! The legacy HTTP+SSE client transport (MCP 2024-11-05), which rmcp 3.x does not ship.
+//!
+//! GET the event stream, wait for the `endpoint` event, then POST each JSON-RPC message to
+//! that URL while `message` events carry the server's messages back. The endpoint must be
+//! on the same origin as the stream, so a server cannot redirect our POSTs elsewhere.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use sse_stream::SseStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use url::Url;
+
+use super::McpError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SseTransportError {
+    #[error("POST to the SSE endpoint failed: {0}")]
+    Http(String),
+    #[error("POST to the SSE endpoint answered {0}")]
+    Status(reqwest::StatusCode),
+    #[error("could not encode a message: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+pub struct LegacySseTransport {
+    client: reqwest::Client,
+    post_url: Arc<Url>,
+    headers: Arc<HeaderMap>,
+    incoming: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
+    reader: JoinHandle<()>,
+}
+
+impl LegacySseTransport {
+    pub async fn connect(
+        client: reqwest::Client,
+        url: Url,
+        headers: HeaderMap,
+    ) -> Result<Self, McpError> {
+        let response = client
+            .get(url.clone())
+            .headers(headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| McpError::Connect(format!("GET {url}: {e}")))?;
+        if !response.status().is_success() {
+            return Err(McpError::Connect(format!(
+                "GET {url} answered {}",
+                response.status()
+            )));
+        }
+        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+        let post_url = loop {
+            match events.next().await {
+                Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
+                    let data = event.data.unwrap_or_default();
+                    break url
+                        .join(data.trim())
+                        .map_err(|e| McpError::Connect(format!("bad endpoint '{data}': {e}")))?;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(McpError::Connect(format!("SSE stream: {e}"))),
+                None => {
+                    return Err(McpError::Connect(
+                        "the SSE stream ended before announcing its endpoint".into(),
+                    ));
+                }
+            }
+        };
+        if post_url.origin() != url.origin() {
+            return Err(McpError::Connect(format!(
+                "the server announced an endpoint on another origin ({post_url}); refused"
+            )));
+        }
+        let (sender, incoming) = mpsc::channel(64);
+        let reader = tokio::spawn(async move {
+            while let Some(item) = events.next().await {
+                match item {
+                    Ok(event) if event.event.as_deref().unwrap_or("message") == "message" => {
+                        let Some(data) = event.data else { continue };
+                        match serde_json::from_str::<RxJsonRpcMessage<RoleClient>>(&data) {
+                            Ok(message) => {
+                                if sender.send(message).await.is_err() {
+                                    break;
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "ignored an undecodable SSE message")
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "SSE stream failed");
+                        break;
+                    }
+                }
+            }
+            // Dropping the sender ends `receive`, which closes the session.
+        });
+        Ok(Self {
+            client,
+            post_url: Arc::new(post_url),
+            headers: Arc::new(headers),
+            incoming,
+            reader,
+        })
+    }
+}
+
+impl Transport<RoleClient> for LegacySseTransport {
+    type Error = SseTransportError;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let client = self.client.clone();
+        let url = self.post_url.clone();
+        let headers = self.headers.clone();
+        async move {
+            let body = serde_json::to_vec(&item)?;
+            let response = client
+                .post(url.as_str())
+                .headers((*headers).clone())
+                .header(CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| SseTransportError::Http(e.to_string()))?;
+            if !response.status().is_success() {
+                return Err(SseTransportError::Status(response.status()));
+            }
+            Ok(())
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.incoming.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.reader.abort();
+        Ok(())
+    }
+}
+
+impl Drop for LegacySseTransport {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}

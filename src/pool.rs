@@ -1,0 +1,376 @@
+//! The connection pool: one supervised actor per (user, server) owning a live MCP session.
+//!
+//! `Pool` is the façade services use. A call looks the actor up in a shared registry
+//! (no message on the fast path), asks it for a [`Lease`] — a clone of its session handle —
+//! and runs the request on that handle outside the actor, so a slow tool never blocks the
+//! next call on the same connection. Spawning goes through the [`supervisor`] so two
+//! concurrent first uses cannot create two actors. Tool, resource and prompt lists are
+//! cached per connection in [`catalog`].
+
+pub mod catalog;
+pub mod connection;
+pub mod supervisor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use ractor::{Actor, ActorRef, ActorStatus};
+use uuid::Uuid;
+
+pub use catalog::{Catalogs, ResourceCatalog, ToolCatalog};
+use connection::ConnectionMsg;
+use supervisor::{PoolSupervisor, SupervisorArgs, SupervisorMsg};
+
+use crate::config::PoolSettings;
+use crate::domain::{McpServer, UserId};
+use crate::mcp::{McpClient, McpError, UpstreamSpec};
+
+/// Failures of the pool itself, or of the upstream seen through it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Upstream(#[from] McpError),
+    /// The last connection attempt failed; the next one is allowed after `retry_in`.
+    #[error("the MCP server is unreachable ({reason}); next attempt in {}s", retry_in.as_secs().max(1))]
+    Backoff { reason: String, retry_in: Duration },
+    #[error("a user may hold at most {0} live MCP connections")]
+    TooManyConnections(u32),
+    #[error("the service runs at most {0} stdio MCP servers at once")]
+    TooManyProcesses(u32),
+    #[error("the connection was stopped")]
+    Stopped,
+    #[error("the connection pool is not answering: {0}")]
+    Internal(String),
+}
+
+/// Identifies one connection actor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnectionKey {
+    pub user: UserId,
+    pub server: Uuid,
+}
+
+/// What an actor needs to run one server: its definition and how to reach it.
+#[derive(Debug)]
+pub struct ServerRuntime {
+    pub server: McpServer,
+    pub upstream: UpstreamSpec,
+    /// Per-request timeout (the server's own, else the configured default).
+    pub call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionState {
+    Disconnected,
+    Connecting,
+    Connected,
+    Error,
+}
+
+impl ConnectionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionState::Disconnected => "disconnected",
+            ConnectionState::Connecting => "connecting",
+            ConnectionState::Connected => "connected",
+            ConnectionState::Error => "error",
+        }
+    }
+}
+
+/// An actor's state as others may read it, updated by the actor only.
+#[derive(Debug, Clone)]
+pub struct ConnectionStatus {
+    pub state: ConnectionState,
+    pub connected_at: Option<DateTime<Utc>>,
+    pub last_active_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub server_name: Option<String>,
+    pub server_version: Option<String>,
+}
+
+pub type StatusCell = Mutex<ConnectionStatus>;
+
+/// One registry row: the actor, its status and what it runs.
+#[derive(Clone)]
+pub struct RegistryEntry {
+    pub actor: ActorRef<ConnectionMsg>,
+    pub status: Arc<StatusCell>,
+    pub runtime: Arc<ServerRuntime>,
+}
+
+/// Shared map of live actors. Read on every call, written by the supervisor and `stop`.
+#[derive(Default)]
+pub struct Registry {
+    entries: RwLock<HashMap<ConnectionKey, RegistryEntry>>,
+}
+
+impl Registry {
+    fn get(&self, key: &ConnectionKey) -> Option<RegistryEntry> {
+        self.entries
+            .read()
+            .expect("registry lock")
+            .get(key)
+            .cloned()
+    }
+
+    fn insert(&self, key: ConnectionKey, entry: RegistryEntry) {
+        self.entries
+            .write()
+            .expect("registry lock")
+            .insert(key, entry);
+    }
+
+    /// Removes the entry only if it still belongs to `actor` (a newer one may have replaced it).
+    fn remove_if(&self, key: &ConnectionKey, actor: ractor::ActorId) {
+        let mut entries = self.entries.write().expect("registry lock");
+        if entries.get(key).is_some_and(|e| e.actor.get_id() == actor) {
+            entries.remove(key);
+        }
+    }
+
+    fn take(&self, key: &ConnectionKey) -> Option<RegistryEntry> {
+        self.entries.write().expect("registry lock").remove(key)
+    }
+
+    fn snapshot(&self) -> Vec<(ConnectionKey, RegistryEntry)> {
+        self.entries
+            .read()
+            .expect("registry lock")
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.read().expect("registry lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A usable session handle, valid until the caller drops it.
+pub struct Lease {
+    pub client: Arc<McpClient>,
+    pub runtime: Arc<ServerRuntime>,
+    pub key: ConnectionKey,
+    actor: ActorRef<ConnectionMsg>,
+    generation: u64,
+}
+
+/// A connection as the admin API shows it.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub key: ConnectionKey,
+    pub server_name: String,
+    pub transport: &'static str,
+    pub status: ConnectionStatus,
+}
+
+#[derive(Clone)]
+pub struct Pool {
+    supervisor: ActorRef<SupervisorMsg>,
+    registry: Arc<Registry>,
+    catalogs: Arc<Catalogs>,
+    settings: Arc<PoolSettings>,
+}
+
+impl Pool {
+    pub async fn start(settings: PoolSettings) -> Result<Self, PoolError> {
+        let settings = Arc::new(settings);
+        let registry = Arc::new(Registry::default());
+        let catalogs = Arc::new(Catalogs::new(Duration::from_secs(
+            settings.tool_cache_ttl_secs,
+        )));
+        let (supervisor, _) = Actor::spawn(
+            None,
+            PoolSupervisor,
+            SupervisorArgs {
+                registry: registry.clone(),
+                catalogs: catalogs.clone(),
+                settings: settings.clone(),
+            },
+        )
+        .await
+        .map_err(|e| PoolError::Internal(e.to_string()))?;
+        Ok(Self {
+            supervisor,
+            registry,
+            catalogs,
+            settings,
+        })
+    }
+
+    /// A session for `key`, connecting (or reconnecting) if needed. `load` builds the
+    /// runtime from storage and runs only when no actor exists yet.
+    pub async fn lease<E, F, Fut>(&self, key: &ConnectionKey, load: F) -> Result<Lease, E>
+    where
+        E: From<PoolError>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Arc<ServerRuntime>, E>>,
+    {
+        let mut load = Some(load);
+        let mut loaded: Option<Arc<ServerRuntime>> = None;
+        let acquire_timeout = Duration::from_secs(self.settings.connect_timeout_secs + 5);
+        // A stopped actor can linger in the registry for an instant: try again then.
+        for _ in 0..3 {
+            let actor = match self.registry.get(key) {
+                Some(entry) if entry.actor.get_status() == ActorStatus::Running => entry.actor,
+                _ => {
+                    let runtime = match (&loaded, load.take()) {
+                        (Some(runtime), _) => runtime.clone(),
+                        (None, Some(load)) => {
+                            let runtime = load().await?;
+                            loaded = Some(runtime.clone());
+                            runtime
+                        }
+                        (None, None) => unreachable!("load runs before loaded is empty"),
+                    };
+                    self.spawn(key, runtime).await?
+                }
+            };
+            match actor
+                .call(ConnectionMsg::Acquire, Some(acquire_timeout))
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(result)) => return result.map_err(E::from),
+                Ok(ractor::rpc::CallResult::Timeout) => {
+                    return Err(PoolError::Internal("the connection did not answer".into()).into());
+                }
+                Ok(ractor::rpc::CallResult::SenderError) | Err(_) => continue,
+            }
+        }
+        Err(PoolError::Stopped.into())
+    }
+
+    async fn spawn(
+        &self,
+        key: &ConnectionKey,
+        runtime: Arc<ServerRuntime>,
+    ) -> Result<ActorRef<ConnectionMsg>, PoolError> {
+        let reply = self
+            .supervisor
+            .call(
+                |reply| SupervisorMsg::Spawn {
+                    key: key.clone(),
+                    runtime,
+                    reply,
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+            .map_err(|e| PoolError::Internal(e.to_string()))?;
+        match reply {
+            ractor::rpc::CallResult::Success(result) => result,
+            _ => Err(PoolError::Internal(
+                "the pool supervisor did not answer".into(),
+            )),
+        }
+    }
+
+    /// Tells the actor its session broke, so the next use reconnects.
+    pub fn report(&self, lease: &Lease, error: &McpError) {
+        if error.is_connection_failure() || lease.client.is_closed() {
+            let _ = lease.actor.cast(ConnectionMsg::Failed {
+                generation: lease.generation,
+                reason: error.to_string(),
+            });
+        }
+    }
+
+    pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
+        let result = self.catalogs.tools(lease).await;
+        self.report_result(lease, &result);
+        result
+    }
+
+    pub async fn resources(&self, lease: &Lease) -> Result<Arc<ResourceCatalog>, PoolError> {
+        let result = self.catalogs.resources(lease).await;
+        self.report_result(lease, &result);
+        result
+    }
+
+    pub async fn prompts(&self, lease: &Lease) -> Result<Arc<Vec<rmcp::model::Prompt>>, PoolError> {
+        let result = self.catalogs.prompts(lease).await;
+        self.report_result(lease, &result);
+        result
+    }
+
+    fn report_result<T>(&self, lease: &Lease, result: &Result<T, PoolError>) {
+        if let Err(PoolError::Upstream(error)) = result {
+            self.report(lease, error);
+        }
+    }
+
+    /// Forgets cached lists of one connection.
+    pub async fn invalidate(&self, key: &ConnectionKey) {
+        self.catalogs.invalidate(key).await;
+    }
+
+    /// Stops the connection (its child process is killed) and forgets its caches, e.g.
+    /// after the server's definition changed. `false` when there was none.
+    pub async fn stop(&self, key: &ConnectionKey) -> bool {
+        self.catalogs.invalidate(key).await;
+        match self.registry.take(key) {
+            Some(entry) => {
+                let _ = entry
+                    .actor
+                    .stop_and_wait(Some("stopped".into()), Some(Duration::from_secs(10)))
+                    .await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops cached lists and lifts any reconnect backoff; `false` when no connection exists.
+    pub async fn refresh(&self, key: &ConnectionKey) -> bool {
+        self.catalogs.invalidate(key).await;
+        match self.registry.get(key) {
+            Some(entry) => entry.actor.cast(ConnectionMsg::Refresh).is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn connection(&self, key: &ConnectionKey) -> Option<ConnectionInfo> {
+        self.registry
+            .get(key)
+            .map(|entry| info(key.clone(), &entry))
+    }
+
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        let mut all: Vec<ConnectionInfo> = self
+            .registry
+            .snapshot()
+            .into_iter()
+            .map(|(key, entry)| info(key, &entry))
+            .collect();
+        all.sort_by(|a, b| (&a.key.user, a.key.server).cmp(&(&b.key.user, b.key.server)));
+        all
+    }
+
+    pub fn live_connections(&self) -> usize {
+        self.registry.len()
+    }
+
+    /// Stops every connection and waits for their processes to be killed.
+    pub async fn shutdown(&self) {
+        let _ = self
+            .supervisor
+            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(15)))
+            .await;
+    }
+}
+
+fn info(key: ConnectionKey, entry: &RegistryEntry) -> ConnectionInfo {
+    ConnectionInfo {
+        key,
+        server_name: entry.runtime.server.spec.name.as_str().to_owned(),
+        transport: entry.runtime.server.spec.transport.kind().as_str(),
+        status: entry.status.lock().expect("status lock").clone(),
+    }
+}

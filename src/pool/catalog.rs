@@ -1,0 +1,185 @@
+//! Cached tool, resource and prompt lists, one entry per connection.
+//!
+//! Filled on first use (one upstream request however many callers miss at once), kept for
+//! `pool.tool_cache_ttl_secs`, dropped on `notifications/*/list_changed`, on a server
+//! change and on an explicit refresh. Tool input schemas are compiled once per fill.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+use serde_json::Value;
+
+use super::{ConnectionKey, Lease, PoolError};
+
+/// A server's tools, with their input schemas compiled for argument validation.
+pub struct ToolCatalog {
+    pub tools: Vec<Tool>,
+    validators: HashMap<String, jsonschema::Validator>,
+}
+
+impl ToolCatalog {
+    pub fn new(tools: Vec<Tool>) -> Self {
+        let validators = tools
+            .iter()
+            .filter_map(|tool| {
+                let schema = Value::Object((*tool.input_schema).clone());
+                match jsonschema::validator_for(&schema) {
+                    Ok(validator) => Some((tool.name.to_string(), validator)),
+                    Err(e) => {
+                        // An unusable schema is the server's problem: let the server judge.
+                        tracing::warn!(tool = %tool.name, error = %e, "tool inputSchema does not compile; arguments go unchecked");
+                        None
+                    }
+                }
+            })
+            .collect();
+        Self { tools, validators }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Every way `arguments` break the tool's schema, as `path: message` lines.
+    pub fn validate(&self, name: &str, arguments: &Value) -> Result<(), Vec<String>> {
+        let Some(validator) = self.validators.get(name) else {
+            return Ok(());
+        };
+        let problems: Vec<String> = validator
+            .iter_errors(arguments)
+            .take(20)
+            .map(|e| {
+                let path = e.instance_path().as_str();
+                let path = if path.is_empty() { "arguments" } else { path };
+                format!("{path}: {e}")
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+pub struct ResourceCatalog {
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+pub struct Catalogs {
+    tools: Cache<ConnectionKey, Arc<ToolCatalog>>,
+    resources: Cache<ConnectionKey, Arc<ResourceCatalog>>,
+    prompts: Cache<ConnectionKey, Arc<Vec<Prompt>>>,
+}
+
+fn flatten(error: Arc<PoolError>) -> PoolError {
+    (*error).clone()
+}
+
+impl Catalogs {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            tools: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(100_000)
+                .build(),
+            resources: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(100_000)
+                .build(),
+            prompts: Cache::builder()
+                .time_to_live(ttl)
+                .max_capacity(100_000)
+                .build(),
+        }
+    }
+
+    pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
+        let timeout = lease.runtime.call_timeout;
+        self.tools
+            .try_get_with(lease.key.clone(), async {
+                let tools = lease.client.list_tools(timeout).await?;
+                Ok::<_, PoolError>(Arc::new(ToolCatalog::new(tools)))
+            })
+            .await
+            .map_err(flatten)
+    }
+
+    pub async fn resources(&self, lease: &Lease) -> Result<Arc<ResourceCatalog>, PoolError> {
+        let timeout = lease.runtime.call_timeout;
+        let capabilities = lease.client.capabilities();
+        self.resources
+            .try_get_with(lease.key.clone(), async {
+                if !capabilities.resources {
+                    return Ok(Arc::new(ResourceCatalog {
+                        resources: Vec::new(),
+                        templates: Vec::new(),
+                    }));
+                }
+                let resources = lease.client.list_resources(timeout).await?;
+                // Templates are optional in the protocol: a server without them may refuse.
+                let templates = lease
+                    .client
+                    .list_resource_templates(timeout)
+                    .await
+                    .unwrap_or_default();
+                Ok::<_, PoolError>(Arc::new(ResourceCatalog {
+                    resources,
+                    templates,
+                }))
+            })
+            .await
+            .map_err(flatten)
+    }
+
+    pub async fn prompts(&self, lease: &Lease) -> Result<Arc<Vec<Prompt>>, PoolError> {
+        let timeout = lease.runtime.call_timeout;
+        let capabilities = lease.client.capabilities();
+        self.prompts
+            .try_get_with(lease.key.clone(), async {
+                if !capabilities.prompts {
+                    return Ok(Arc::new(Vec::new()));
+                }
+                Ok::<_, PoolError>(Arc::new(lease.client.list_prompts(timeout).await?))
+            })
+            .await
+            .map_err(flatten)
+    }
+
+    pub async fn invalidate_tools(&self, key: &ConnectionKey) {
+        self.tools.invalidate(key).await;
+    }
+
+    pub async fn invalidate(&self, key: &ConnectionKey) {
+        self.tools.invalidate(key).await;
+        self.resources.invalidate(key).await;
+        self.prompts.invalidate(key).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &'static str, schema: Value) -> Tool {
+        Tool::new(name, "t", Arc::new(schema.as_object().unwrap().clone()))
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_input_schema() {
+        let catalog = ToolCatalog::new(vec![tool(
+            "add",
+            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+        )]);
+        assert!(catalog.validate("add", &json!({"a": 1, "b": 2})).is_ok());
+        let problems = catalog.validate("add", &json!({"a": "one"})).unwrap_err();
+        assert!(problems.iter().any(|p| p.contains("/a")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("\"b\"")), "{problems:?}");
+        assert!(catalog.validate("unknown", &json!({})).is_ok());
+    }
+}

@@ -1,0 +1,317 @@
+//! `ConnectionActor`: owns one (user, server) MCP session and its state machine.
+//!
+//! States: disconnected → connecting → connected, and → error(reason) on a failed connect
+//! or a broken session. Connecting runs in a task that reports back, so the mailbox keeps
+//! answering while a server starts. Callers get a [`Lease`] (a clone of the session
+//! handle) and make their requests outside the actor. After a failed connect the next
+//! attempt waits a jittered exponential backoff (1 s → 60 s); a session that broke after
+//! working is reconnected on the very next use. Unused for `idle_timeout`, the actor
+//! stops itself and its session (and child process) is closed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{
+    Catalogs, ConnectionKey, ConnectionState, Lease, PoolError, ServerRuntime, StatusCell,
+};
+use crate::mcp::{self, McpClient, McpError, UpstreamEvents};
+
+/// How long a stopping actor lets its session close politely before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+pub enum ConnectionMsg {
+    /// Give me a session, connecting first if needed.
+    Acquire(RpcReplyPort<Result<Lease, PoolError>>),
+    /// The connect task finished attempt `generation`.
+    Connected {
+        generation: u64,
+        result: Result<Arc<McpClient>, McpError>,
+    },
+    /// A caller saw session `generation` break.
+    Failed {
+        generation: u64,
+        reason: String,
+    },
+    /// The upstream announced a change.
+    Upstream(UpstreamEvents),
+    /// Forget the backoff: the next use may connect at once.
+    Refresh,
+    IdleCheck,
+}
+
+pub struct ConnectionArgs {
+    pub key: ConnectionKey,
+    pub runtime: Arc<ServerRuntime>,
+    pub status: Arc<StatusCell>,
+    pub catalogs: Arc<Catalogs>,
+    pub idle_timeout: Duration,
+}
+
+enum Phase {
+    Disconnected,
+    Connecting {
+        waiters: Vec<RpcReplyPort<Result<Lease, PoolError>>>,
+    },
+    Connected {
+        client: Arc<McpClient>,
+    },
+    Failed {
+        reason: String,
+        retry_at: Instant,
+    },
+}
+
+pub struct ConnectionStateData {
+    key: ConnectionKey,
+    runtime: Arc<ServerRuntime>,
+    status: Arc<StatusCell>,
+    catalogs: Arc<Catalogs>,
+    idle_timeout: Duration,
+    phase: Phase,
+    /// Bumped per connect attempt, so late reports about an old session are ignored.
+    generation: u64,
+    backoff: Box<dyn Iterator<Item = Duration> + Send>,
+    last_active: Instant,
+    idle_timer: Option<JoinHandle<()>>,
+}
+
+fn new_backoff() -> Box<dyn Iterator<Item = Duration> + Send> {
+    Box::new(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(60))
+            .with_jitter()
+            .without_max_times()
+            .build(),
+    )
+}
+
+pub struct ConnectionActor;
+
+impl ConnectionStateData {
+    fn set_status(&self, state: ConnectionState, error: Option<String>) {
+        let mut status = self.status.lock().expect("status lock");
+        status.state = state;
+        if error.is_some() {
+            status.last_error = error;
+        }
+        if let (ConnectionState::Connected, Phase::Connected { client }) = (state, &self.phase) {
+            status.connected_at = Some(crate::domain::now());
+            let info = client.server_info();
+            status.server_name = info.as_ref().map(|i| i.name.clone());
+            status.server_version = info.map(|i| i.version);
+        }
+    }
+
+    fn lease(&self, myself: &ActorRef<ConnectionMsg>, client: &Arc<McpClient>) -> Lease {
+        Lease {
+            client: client.clone(),
+            runtime: self.runtime.clone(),
+            key: self.key.clone(),
+            actor: myself.clone(),
+            generation: self.generation,
+        }
+    }
+
+    fn start_connect(
+        &mut self,
+        myself: &ActorRef<ConnectionMsg>,
+        first_waiter: RpcReplyPort<Result<Lease, PoolError>>,
+    ) {
+        self.generation += 1;
+        self.phase = Phase::Connecting {
+            waiters: vec![first_waiter],
+        };
+        self.set_status(ConnectionState::Connecting, None);
+        let generation = self.generation;
+        let upstream = self.runtime.upstream.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let (events, mut incoming) = mpsc::unbounded_channel();
+            let result = mcp::connect(&upstream, events).await.map(Arc::new);
+            if result.is_ok() {
+                let forward_to = me.clone();
+                tokio::spawn(async move {
+                    while let Some(event) = incoming.recv().await {
+                        if forward_to.cast(ConnectionMsg::Upstream(event)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            // If the actor is gone the session is dropped here, killing any child.
+            let _ = me.cast(ConnectionMsg::Connected { generation, result });
+        });
+    }
+
+    fn mark_failed(&mut self, reason: String, retry_in: Duration) {
+        tracing::warn!(user = %self.key.user, server = %self.key.server, %reason, "MCP connection failed");
+        self.phase = Phase::Failed {
+            reason: reason.clone(),
+            retry_at: Instant::now() + retry_in,
+        };
+        self.set_status(ConnectionState::Error, Some(reason));
+    }
+}
+
+impl Actor for ConnectionActor {
+    type Msg = ConnectionMsg;
+    type State = ConnectionStateData;
+    type Arguments = ConnectionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ConnectionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let check_every =
+            (args.idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let idle_timer = myself.send_interval(check_every, || ConnectionMsg::IdleCheck);
+        Ok(ConnectionStateData {
+            key: args.key,
+            runtime: args.runtime,
+            status: args.status,
+            catalogs: args.catalogs,
+            idle_timeout: args.idle_timeout,
+            phase: Phase::Disconnected,
+            generation: 0,
+            backoff: new_backoff(),
+            last_active: Instant::now(),
+            idle_timer: Some(idle_timer),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ConnectionMsg::Acquire(reply) => {
+                state.last_active = Instant::now();
+                state.status.lock().expect("status lock").last_active_at = crate::domain::now();
+                match &mut state.phase {
+                    Phase::Connected { client } if !client.is_closed() => {
+                        let client = client.clone();
+                        let _ = reply.send(Ok(state.lease(&myself, &client)));
+                    }
+                    Phase::Connected { .. } => {
+                        // The session died between uses: reconnect transparently.
+                        state.catalogs.invalidate(&state.key).await;
+                        state.start_connect(&myself, reply);
+                    }
+                    Phase::Connecting { waiters } => waiters.push(reply),
+                    Phase::Disconnected => state.start_connect(&myself, reply),
+                    Phase::Failed { reason, retry_at } => {
+                        let now = Instant::now();
+                        if now >= *retry_at {
+                            state.start_connect(&myself, reply);
+                        } else {
+                            let _ = reply.send(Err(PoolError::Backoff {
+                                reason: reason.clone(),
+                                retry_in: *retry_at - now,
+                            }));
+                        }
+                    }
+                }
+            }
+            ConnectionMsg::Connected { generation, result } => {
+                if generation != state.generation {
+                    return Ok(());
+                }
+                let waiters = match std::mem::replace(&mut state.phase, Phase::Disconnected) {
+                    Phase::Connecting { waiters } => waiters,
+                    other => {
+                        state.phase = other;
+                        return Ok(());
+                    }
+                };
+                match result {
+                    Ok(client) => {
+                        state.backoff = new_backoff();
+                        state.phase = Phase::Connected {
+                            client: client.clone(),
+                        };
+                        state.set_status(ConnectionState::Connected, None);
+                        tracing::info!(user = %state.key.user, server = %state.key.server, upstream = ?state.runtime.upstream.transport, "MCP connection established");
+                        for waiter in waiters {
+                            let _ = waiter.send(Ok(state.lease(&myself, &client)));
+                        }
+                    }
+                    Err(error) => {
+                        let retry_in = state.backoff.next().unwrap_or(Duration::from_secs(60));
+                        state.mark_failed(error.to_string(), retry_in);
+                        for waiter in waiters {
+                            let _ = waiter.send(Err(PoolError::Upstream(error.clone())));
+                        }
+                    }
+                }
+            }
+            ConnectionMsg::Failed { generation, reason } => {
+                if generation == state.generation && matches!(state.phase, Phase::Connected { .. })
+                {
+                    state.catalogs.invalidate(&state.key).await;
+                    // It worked before: the next use reconnects without waiting.
+                    state.mark_failed(reason, Duration::ZERO);
+                }
+            }
+            ConnectionMsg::Upstream(event) => match event {
+                UpstreamEvents::ToolsChanged => state.catalogs.invalidate_tools(&state.key).await,
+                UpstreamEvents::ResourcesChanged | UpstreamEvents::PromptsChanged => {
+                    state.catalogs.invalidate(&state.key).await
+                }
+            },
+            ConnectionMsg::Refresh => {
+                state.backoff = new_backoff();
+                if let Phase::Failed { retry_at, .. } = &mut state.phase {
+                    *retry_at = Instant::now();
+                }
+            }
+            ConnectionMsg::IdleCheck => {
+                let busy = match &state.phase {
+                    Phase::Connecting { .. } => true,
+                    // Leases still held mean calls in flight.
+                    Phase::Connected { client } => Arc::strong_count(client) > 1,
+                    _ => false,
+                };
+                if !busy && state.last_active.elapsed() >= state.idle_timeout {
+                    tracing::debug!(user = %state.key.user, server = %state.key.server, "idle: closing the connection");
+                    myself.stop(Some("idle".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(timer) = state.idle_timer.take() {
+            timer.abort();
+        }
+        match std::mem::replace(&mut state.phase, Phase::Disconnected) {
+            Phase::Connected { client } => {
+                if let Ok(mut client) = Arc::try_unwrap(client) {
+                    client.close(CLOSE_GRACE).await;
+                }
+                // Otherwise the last lease to finish drops the session, killing the child.
+            }
+            Phase::Connecting { waiters } => {
+                for waiter in waiters {
+                    let _ = waiter.send(Err(PoolError::Stopped));
+                }
+            }
+            _ => {}
+        }
+        state.set_status(ConnectionState::Disconnected, None);
+        Ok(())
+    }
+}

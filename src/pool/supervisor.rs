@@ -1,0 +1,203 @@
+//! `PoolSupervisor`: spawns connection actors (one per key, never two), enforces the
+//! connection limits, restarts an actor that crashed and keeps the registry in step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ractor::{
+    Actor, ActorId, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent,
+};
+
+use super::connection::{ConnectionActor, ConnectionArgs, ConnectionMsg};
+use super::{
+    Catalogs, ConnectionKey, ConnectionState, ConnectionStatus, PoolError, Registry, RegistryEntry,
+    ServerRuntime,
+};
+use crate::config::PoolSettings;
+use crate::domain::{TransportKind, UserId};
+
+pub enum SupervisorMsg {
+    Spawn {
+        key: ConnectionKey,
+        runtime: Arc<ServerRuntime>,
+        reply: RpcReplyPort<Result<ActorRef<ConnectionMsg>, PoolError>>,
+    },
+}
+
+pub struct SupervisorArgs {
+    pub registry: Arc<Registry>,
+    pub catalogs: Arc<Catalogs>,
+    pub settings: Arc<PoolSettings>,
+}
+
+pub struct SupervisorState {
+    registry: Arc<Registry>,
+    catalogs: Arc<Catalogs>,
+    settings: Arc<PoolSettings>,
+    /// What each child runs, to restart it after a crash and to keep counts.
+    children: HashMap<ActorId, (ConnectionKey, Arc<ServerRuntime>)>,
+    per_user: HashMap<UserId, u32>,
+    stdio: u32,
+}
+
+pub struct PoolSupervisor;
+
+fn is_stdio(runtime: &ServerRuntime) -> bool {
+    runtime.server.spec.transport.kind() == TransportKind::Stdio
+}
+
+impl SupervisorState {
+    async fn spawn_child(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        key: ConnectionKey,
+        runtime: Arc<ServerRuntime>,
+    ) -> Result<ActorRef<ConnectionMsg>, PoolError> {
+        let status = Arc::new(Mutex::new(ConnectionStatus {
+            state: ConnectionState::Disconnected,
+            connected_at: None,
+            last_active_at: crate::domain::now(),
+            last_error: None,
+            server_name: None,
+            server_version: None,
+        }));
+        let args = ConnectionArgs {
+            key: key.clone(),
+            runtime: runtime.clone(),
+            status: status.clone(),
+            catalogs: self.catalogs.clone(),
+            idle_timeout: Duration::from_secs(self.settings.idle_timeout_secs),
+        };
+        let (actor, _) = Actor::spawn_linked(None, ConnectionActor, args, myself.get_cell())
+            .await
+            .map_err(|e| PoolError::Internal(format!("cannot start a connection actor: {e}")))?;
+        *self.per_user.entry(key.user.clone()).or_default() += 1;
+        if is_stdio(&runtime) {
+            self.stdio += 1;
+        }
+        self.children
+            .insert(actor.get_id(), (key.clone(), runtime.clone()));
+        self.registry.insert(
+            key,
+            RegistryEntry {
+                actor: actor.clone(),
+                status,
+                runtime,
+            },
+        );
+        Ok(actor)
+    }
+
+    /// Forgets a child that ended; returns what it ran.
+    fn forget(&mut self, id: ActorId) -> Option<(ConnectionKey, Arc<ServerRuntime>)> {
+        let (key, runtime) = self.children.remove(&id)?;
+        if let Some(count) = self.per_user.get_mut(&key.user) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_user.remove(&key.user);
+            }
+        }
+        if is_stdio(&runtime) {
+            self.stdio -= 1;
+        }
+        self.registry.remove_if(&key, id);
+        Some((key, runtime))
+    }
+}
+
+impl Actor for PoolSupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            registry: args.registry,
+            catalogs: args.catalogs,
+            settings: args.settings,
+            children: HashMap::new(),
+            per_user: HashMap::new(),
+            stdio: 0,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Spawn {
+                key,
+                runtime,
+                reply,
+            } => {
+                // Messages are handled one at a time: whoever asked first created it.
+                if let Some(entry) = state.registry.get(&key)
+                    && entry.actor.get_status() == ActorStatus::Running
+                {
+                    let _ = reply.send(Ok(entry.actor));
+                    return Ok(());
+                }
+                let per_user_limit = state.settings.max_connections_per_user;
+                let result = if state.per_user.get(&key.user).copied().unwrap_or(0)
+                    >= per_user_limit
+                {
+                    Err(PoolError::TooManyConnections(per_user_limit))
+                } else if is_stdio(&runtime) && state.stdio >= state.settings.max_stdio_processes {
+                    Err(PoolError::TooManyProcesses(
+                        state.settings.max_stdio_processes,
+                    ))
+                } else {
+                    state.spawn_child(&myself, key, runtime).await
+                };
+                let _ = reply.send(result);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                if let Some((key, _)) = state.forget(cell.get_id()) {
+                    tracing::debug!(user = %key.user, server = %key.server, reason = ?reason, "connection actor stopped");
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                if let Some((key, runtime)) = state.forget(cell.get_id()) {
+                    tracing::error!(user = %key.user, server = %key.server, %error, "connection actor crashed; restarting it");
+                    state.catalogs.invalidate(&key).await;
+                    if let Err(e) = state.spawn_child(&myself, key, runtime).await {
+                        tracing::error!(error = %e, "could not restart a connection actor");
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stop (not kill) the children so each closes its session and child process.
+        myself
+            .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
+            .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! Using a user's MCP servers: connect test, tools, calls, resources, prompts, health,
+//! and the admin's view of live connections.
+//!
+//! This is where a stored server becomes something the pool can run: the preset is
+//! resolved again (an admin change applies), the URL policy is checked again (DNS may
+//! have changed), and the child gets only the inherited variables plus its own env.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{GetPromptResult, JsonObject, Prompt, ReadResourceResult};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::config::Settings;
+use crate::domain::{McpServer, Transport, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::mcp::{CallOutcome, UpstreamSpec, UpstreamTransport};
+use crate::pool::{
+    ConnectionInfo, ConnectionKey, Lease, Pool, ResourceCatalog, ServerRuntime, ToolCatalog,
+};
+use crate::security::UrlPolicy;
+use crate::store::Store;
+
+/// The result of `POST /api/mcp-servers/{id}/connect`.
+pub struct ConnectReport {
+    pub server_name: Option<String>,
+    pub server_version: Option<String>,
+    pub protocol_version: Option<String>,
+    pub tool_count: usize,
+    pub latency: Duration,
+}
+
+pub struct ToolCallReport {
+    pub outcome: CallOutcome,
+    pub latency: Duration,
+}
+
+pub struct HealthReport {
+    pub healthy: bool,
+    pub latency: Duration,
+    pub error: Option<Error>,
+    pub connection: Option<ConnectionInfo>,
+}
+
+#[derive(Clone)]
+pub struct UpstreamService {
+    store: Store,
+    settings: Arc<Settings>,
+    url_policy: Arc<UrlPolicy>,
+    pool: Pool,
+}
+
+impl UpstreamService {
+    pub fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        url_policy: Arc<UrlPolicy>,
+        pool: Pool,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            url_policy,
+            pool,
+        }
+    }
+
+    async fn lease(&self, user: &UserId, server_id: &str) -> Result<Lease> {
+        let id = Uuid::parse_str(server_id)
+            .map_err(|_| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
+        let key = ConnectionKey {
+            user: user.clone(),
+            server: id,
+        };
+        self.pool
+            .lease(&key, || async {
+                let server =
+                    self.store.servers().get(user, id).await?.ok_or_else(|| {
+                        Error::NotFound(Resource::McpServer, server_id.to_owned())
+                    })?;
+                Ok::<_, Error>(Arc::new(self.runtime(server).await?))
+            })
+            .await
+    }
+
+    /// Builds what the pool needs to run `server`, applying every rule once more.
+    async fn runtime(&self, server: McpServer) -> Result<ServerRuntime> {
+        if !server.spec.is_active {
+            return Err(Error::ServerInactive);
+        }
+        let pool = &self.settings.pool;
+        let mut preset_timeout = None;
+        let transport = match &server.spec.transport {
+            Transport::Stdio(launch) => {
+                let preset = self
+                    .store
+                    .presets()
+                    .get(&launch.preset)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(Resource::Preset, launch.preset.clone()))?;
+                preset_timeout = preset.spec.timeout_secs;
+                let resolved = preset.spec.resolve(
+                    &launch.preset_args,
+                    &launch.env,
+                    self.settings.limits.max_value_bytes,
+                )?;
+                UpstreamTransport::Stdio {
+                    command: resolved.command,
+                    args: resolved.args,
+                    env: resolved.env.expose().clone(),
+                    inherited_env: self.inherited_env(),
+                    working_dir: self.working_dir(&server),
+                }
+            }
+            Transport::Sse(endpoint) => UpstreamTransport::Sse {
+                url: self.url_policy.check(endpoint.url.as_str()).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) => UpstreamTransport::StreamableHttp {
+                url: self.url_policy.check(endpoint.url.as_str()).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+        };
+        let timeout_secs = server
+            .spec
+            .timeout_secs
+            .or(preset_timeout)
+            .unwrap_or(pool.default_call_timeout_secs);
+        Ok(ServerRuntime {
+            upstream: UpstreamSpec {
+                label: format!("{}/{}", server.user_id, server.spec.name.as_str()),
+                transport,
+                connect_timeout: Duration::from_secs(pool.connect_timeout_secs),
+            },
+            call_timeout: Duration::from_secs(timeout_secs.into()),
+            server,
+        })
+    }
+
+    fn inherited_env(&self) -> Vec<(String, String)> {
+        let mut env: BTreeMap<String, String> = self
+            .settings
+            .pool
+            .inherited_env
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        if self.settings.pool.inherited_env.iter().any(|n| n == "LANG") {
+            env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
+        }
+        env.into_iter().collect()
+    }
+
+    /// `<data_dir>/work/<hash of user>/<server id>`: per user and server, no user text in paths.
+    fn working_dir(&self, server: &McpServer) -> PathBuf {
+        let user = hex::encode(Sha256::digest(server.user_id.as_str().as_bytes()));
+        self.settings
+            .storage
+            .data_dir
+            .join("work")
+            .join(&user[..16])
+            .join(server.id.to_string())
+    }
+
+    /// Connects now (reusing a live connection), re-lists the tools and times it all.
+    pub async fn test_connection(&self, user: &UserId, server_id: &str) -> Result<ConnectReport> {
+        let started = Instant::now();
+        let lease = self.lease(user, server_id).await?;
+        self.pool.invalidate(&lease.key).await;
+        let tools = self.pool.tools(&lease).await?;
+        let info = lease.client.server_info();
+        Ok(ConnectReport {
+            server_name: info.as_ref().map(|i| i.name.clone()),
+            server_version: info.map(|i| i.version),
+            protocol_version: lease.client.protocol_version(),
+            tool_count: tools.tools.len(),
+            latency: started.elapsed(),
+        })
+    }
+
+    pub async fn tools(
+        &self,
+        user: &UserId,
+        server_id: &str,
+    ) -> Result<(Arc<ServerRuntime>, Arc<ToolCatalog>)> {
+        let lease = self.lease(user, server_id).await?;
+        let catalog = self.pool.tools(&lease).await?;
+        Ok((lease.runtime.clone(), catalog))
+    }
+
+    pub async fn call_tool(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<ToolCallReport> {
+        let started = Instant::now();
+        let lease = self.lease(user, server_id).await?;
+        let spec = &lease.runtime.server.spec;
+        if spec.disabled_tools.iter().any(|t| t == tool) {
+            return Err(Error::ToolDisabled(tool.to_owned()));
+        }
+        let catalog = self.pool.tools(&lease).await?;
+        if catalog.get(tool).is_none() {
+            return Err(Error::NotFound(Resource::Tool, tool.to_owned()));
+        }
+        let arguments = match arguments {
+            Value::Null => Value::Object(JsonObject::new()),
+            object @ Value::Object(_) => object,
+            _ => {
+                return Err(Error::InvalidArguments(vec![
+                    "arguments: must be a JSON object".into(),
+                ]));
+            }
+        };
+        catalog
+            .validate(tool, &arguments)
+            .map_err(Error::InvalidArguments)?;
+        let Value::Object(arguments) = arguments else {
+            unreachable!("checked above")
+        };
+        let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
+        let outcome = lease
+            .client
+            .call_tool(tool, Some(arguments), lease.runtime.call_timeout, max_total)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?;
+        Ok(ToolCallReport {
+            outcome,
+            latency: started.elapsed(),
+        })
+    }
+
+    pub async fn resources(&self, user: &UserId, server_id: &str) -> Result<Arc<ResourceCatalog>> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(self.pool.resources(&lease).await?)
+    }
+
+    pub async fn read_resource(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        uri: &str,
+    ) -> Result<ReadResourceResult> {
+        if uri.is_empty() || uri.len() > 4096 {
+            return Err(Error::validation("uri must be 1 to 4096 characters"));
+        }
+        let lease = self.lease(user, server_id).await?;
+        Ok(lease
+            .client
+            .read_resource(uri, lease.runtime.call_timeout)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?)
+    }
+
+    pub async fn prompts(&self, user: &UserId, server_id: &str) -> Result<Arc<Vec<Prompt>>> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(self.pool.prompts(&lease).await?)
+    }
+
+    pub async fn get_prompt(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<GetPromptResult> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(lease
+            .client
+            .get_prompt(name, arguments, lease.runtime.call_timeout)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?)
+    }
+
+    /// Seed 000's health check: a `ping` through the pool. Failures are reported, not raised,
+    /// except for "no such server".
+    pub async fn health(&self, user: &UserId, server_id: &str) -> Result<HealthReport> {
+        let started = Instant::now();
+        let result = async {
+            let lease = self.lease(user, server_id).await?;
+            lease
+                .client
+                .ping(lease.runtime.call_timeout)
+                .await
+                .inspect_err(|e| self.pool.report(&lease, e))?;
+            Ok::<_, Error>(lease.key)
+        }
+        .await;
+        let key = Uuid::parse_str(server_id).ok().map(|server| ConnectionKey {
+            user: user.clone(),
+            server,
+        });
+        let connection = key.and_then(|k| self.pool.connection(&k));
+        match result {
+            Ok(_) => Ok(HealthReport {
+                healthy: true,
+                latency: started.elapsed(),
+                error: None,
+                connection,
+            }),
+            Err(err @ Error::NotFound(Resource::McpServer, _)) => Err(err),
+            Err(err) => Ok(HealthReport {
+                healthy: false,
+                latency: started.elapsed(),
+                error: Some(err),
+                connection,
+            }),
+        }
+    }
+
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        self.pool.connections()
+    }
+
+    fn admin_key(user: &str, server: &str) -> Result<ConnectionKey> {
+        let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
+        Ok(ConnectionKey {
+            user: UserId::parse(user).map_err(|_| not_found())?,
+            server: Uuid::parse_str(server).map_err(|_| not_found())?,
+        })
+    }
+
+    pub async fn stop_connection(&self, user: &str, server: &str) -> Result<()> {
+        let key = Self::admin_key(user, server)?;
+        if !self.pool.stop(&key).await {
+            return Err(Error::NotFound(
+                Resource::Connection,
+                format!("{user}/{server}"),
+            ));
+        }
+        tracing::info!(user = %key.user, server = %key.server, "connection stopped by an admin");
+        Ok(())
+    }
+
+    pub async fn refresh_connection(&self, user: &str, server: &str) -> Result<ConnectionInfo> {
+        let key = Self::admin_key(user, server)?;
+        let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
+        if !self.pool.refresh(&key).await {
+            return Err(not_found());
+        }
+        self.pool.connection(&key).ok_or_else(not_found)
+    }
+}
