@@ -165,7 +165,7 @@ impl ServerHandler for Fixture {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let invalid = |what: &str| McpError::invalid_params(format!("{what}"), None);
+        let invalid = |what: &str| McpError::invalid_params(what.to_string(), None);
         match request.name.as_ref() {
             "echo" => {
                 let text_arg = argument(&request, "text")

@@ -42,7 +42,7 @@ mod tests {
             display_name("My Files!", "read.file"),
             "mcp__My_Files___read_file"
         );
-        assert_eq!(display_name("文件", "读"), "mcp_________");
+        assert_eq!(display_name("文件", "读"), "mcp_______");
         let a = display_name(&"s".repeat(40), &format!("{}a", "t".repeat(40)));
         let b = display_name(&"s".repeat(40), &format!("{}b", "t".repeat(40)));
         assert_eq!(a.len(), MAX_TOOL_NAME);

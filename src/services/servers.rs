@@ -368,9 +368,28 @@ impl ServerService {
     }
 }
 
+/// Headers the MCP transports set themselves; a user value would break the session.
+const RESERVED_HEADERS: [&str; 7] = [
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
 fn validate_header(name: &str, value: &str) -> Result<()> {
     http::HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| Error::validation(format!("headers: '{name}' is not a valid header name")))?;
+    if RESERVED_HEADERS
+        .iter()
+        .any(|r| name.eq_ignore_ascii_case(r))
+    {
+        return Err(Error::validation(format!(
+            "headers: '{name}' is set by the MCP transport and cannot be overridden"
+        )));
+    }
     http::HeaderValue::from_str(value).map_err(|_| {
         Error::validation(format!(
             "headers: the value of '{name}' is not a valid header value"

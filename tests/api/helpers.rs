@@ -249,3 +249,47 @@ async fn into_reply(response: reqwest::Response) -> Reply {
 pub fn remote_server(name: &str) -> Value {
     json!({ "name": name, "baseUrl": "https://93.184.216.34/mcp" })
 }
+
+/// A service that may reach loopback upstreams (the fixture and server-everything).
+pub async fn spawn_pool_app() -> TestApp {
+    spawn_pool_app_with(|_| {}).await
+}
+
+pub async fn spawn_pool_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_with(|s| {
+        s.security.allow_loopback_urls = true;
+        adjust(s);
+    })
+    .await
+}
+
+impl TestApp {
+    pub async fn call(&self, user: &str, server: &str, tool: &str, arguments: Value) -> Reply {
+        self.user(
+            user,
+            Method::POST,
+            &format!("/api/mcp-servers/{server}/tools/{tool}/call"),
+            Some(json!({ "arguments": arguments })),
+        )
+        .await
+    }
+
+    /// The stdio fixture's process id for this user's server (connecting if needed).
+    pub async fn fixture_pid(&self, user: &str, server: &str) -> u32 {
+        let reply = self.call(user, server, "pid", json!({})).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.body["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    pub async fn connections(&self) -> Vec<Value> {
+        let reply = self.admin(Method::GET, "/admin/connections", None).await;
+        reply.body["connections"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,139 @@
+//! Real upstream MCP servers for the tests: the project's fixture and the reference
+//! `@modelcontextprotocol/server-everything` (installed into tests/upstreams by .ci/run).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub fn fixture_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-fixture")
+}
+
+pub fn everything_script() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        path.exists(),
+        "server-everything is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
+    );
+    path.display().to_string()
+}
+
+/// An admin preset that starts the fixture over stdio, with a fixed env value.
+pub fn fixture_preset() -> Value {
+    json!({
+        "name": "fixture",
+        "command": fixture_binary(),
+        "args": ["stdio"],
+        "env": {"FIXTURE_GREETING": "from the preset"}
+    })
+}
+
+pub fn everything_preset() -> Value {
+    json!({"name": "everything", "command": "node", "args": [everything_script(), "stdio"]})
+}
+
+/// An upstream HTTP server process, killed when dropped.
+pub struct HttpUpstream {
+    pub base: String,
+    child: Child,
+}
+
+impl HttpUpstream {
+    /// `mcp-fixture http` on a free port (or the given one).
+    pub async fn fixture(port: Option<u16>) -> Self {
+        let mut command = Command::new(fixture_binary());
+        command.arg("http");
+        if let Some(port) = port {
+            command.args(["--port", &port.to_string()]);
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("fixture starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("fixture announces its port")
+            .unwrap()
+            .expect("a line");
+        let base = line.trim_start_matches("listening on ").to_owned();
+        Self { base, child }
+    }
+
+    /// server-everything in `sse` or `streamableHttp` mode on a free port.
+    pub async fn everything(mode: &str) -> Self {
+        let port = free_port();
+        let child = Command::new("node")
+            .args([everything_script(), mode.to_owned()])
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "server-everything did not start listening"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.base.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    pub async fn kill(mut self) {
+        self.child.kill().await.ok();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether a process still exists (a zombie counts: it was not reaped).
+pub fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Polls `check` until it holds or the deadline passes; for actor and process state.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The first text block of a tool result.
+pub fn text_of(body: &Value) -> &str {
+    body["content"][0]["text"].as_str().unwrap_or_default()
+}
