@@ -11,7 +11,7 @@ mod handler;
 mod sse;
 
 pub use client::{CallOutcome, McpClient, Progress, ServerFeatures};
-pub use connect::{UpstreamSpec, UpstreamTransport, connect};
+pub use connect::{UpstreamSpec, UpstreamTransport, connect, http_client};
 pub use handler::UpstreamEvents;
 
 use std::time::Duration;

@@ -4,8 +4,7 @@
 //! `pool.tool_cache_ttl_secs`, dropped on `notifications/*/list_changed`, on a server
 //! change and on an explicit refresh. Tool input schemas are compiled once per fill.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use moka::future::Cache;
@@ -14,28 +13,17 @@ use serde_json::Value;
 
 use super::{ConnectionKey, Lease, PoolError};
 
-/// A server's tools, with their input schemas compiled for argument validation.
+/// A server's tools. Input schemas are compiled on a tool's first call, not on listing:
+/// most listed tools are never called, and eager compilation cost tens of KiB per
+/// connection (measured with `loadtest actors`).
 pub struct ToolCatalog {
     pub tools: Vec<Tool>,
-    validators: HashMap<String, jsonschema::Validator>,
+    validators: Vec<OnceLock<Option<jsonschema::Validator>>>,
 }
 
 impl ToolCatalog {
     pub fn new(tools: Vec<Tool>) -> Self {
-        let validators = tools
-            .iter()
-            .filter_map(|tool| {
-                let schema = Value::Object((*tool.input_schema).clone());
-                match jsonschema::validator_for(&schema) {
-                    Ok(validator) => Some((tool.name.to_string(), validator)),
-                    Err(e) => {
-                        // An unusable schema is the server's problem: let the server judge.
-                        tracing::warn!(tool = %tool.name, error = %e, "tool inputSchema does not compile; arguments go unchecked");
-                        None
-                    }
-                }
-            })
-            .collect();
+        let validators = tools.iter().map(|_| OnceLock::new()).collect();
         Self { tools, validators }
     }
 
@@ -43,9 +31,25 @@ impl ToolCatalog {
         self.tools.iter().find(|t| t.name == name)
     }
 
+    fn validator(&self, name: &str) -> Option<&jsonschema::Validator> {
+        let index = self.tools.iter().position(|t| t.name == name)?;
+        self.validators[index]
+            .get_or_init(|| {
+                let tool = &self.tools[index];
+                let schema = Value::Object((*tool.input_schema).clone());
+                jsonschema::validator_for(&schema)
+                    .inspect_err(|e| {
+                        // An unusable schema is the server's problem: let the server judge.
+                        tracing::warn!(tool = %tool.name, error = %e, "tool inputSchema does not compile; arguments go unchecked");
+                    })
+                    .ok()
+            })
+            .as_ref()
+    }
+
     /// Every way `arguments` break the tool's schema, as `path: message` lines.
     pub fn validate(&self, name: &str, arguments: &Value) -> Result<(), Vec<String>> {
-        let Some(validator) = self.validators.get(name) else {
+        let Some(validator) = self.validator(name) else {
             return Ok(());
         };
         let problems: Vec<String> = validator

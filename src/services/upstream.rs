@@ -52,6 +52,8 @@ pub struct UpstreamService {
     settings: Arc<Settings>,
     url_policy: Arc<UrlPolicy>,
     pool: Pool,
+    /// One HTTP client for every remote connection.
+    http: reqwest::Client,
 }
 
 impl UpstreamService {
@@ -61,11 +63,13 @@ impl UpstreamService {
         url_policy: Arc<UrlPolicy>,
         pool: Pool,
     ) -> Self {
+        let http = crate::mcp::http_client(Duration::from_secs(settings.pool.connect_timeout_secs));
         Self {
             store,
             settings,
             url_policy,
             pool,
+            http,
         }
     }
 
@@ -135,6 +139,7 @@ impl UpstreamService {
                 label: format!("{}/{}", server.user_id, server.spec.name.as_str()),
                 transport,
                 connect_timeout: Duration::from_secs(pool.connect_timeout_secs),
+                http: self.http.clone(),
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,

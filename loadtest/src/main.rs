@@ -1,0 +1,425 @@
+//! `cargo run -p loadtest --release -- <scenario>`: figures for BENCHMARKS.md.
+//!
+//! Everything runs on loopback and is started here: the fixture MCP server (the
+//! `mcp-fixture` binary next to this one: `cargo build --release --bins` first) and the
+//! service itself, in-process, with a temporary SQLite database.
+//!
+//! - `call-overhead`: the same `echo` call made directly with an rmcp client and through
+//!   the pool's HTTP API, over stdio and streamable HTTP, at each concurrency.
+//! - `actors`: N connected (user, server) actors on one HTTP upstream; RSS before/after.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use mcp_pool::{Application, Settings};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    CallOverhead {
+        #[arg(long, default_value_t = 4000)]
+        calls: usize,
+        #[arg(long, value_delimiter = ',', default_values_t = vec![1, 64])]
+        concurrency: Vec<usize>,
+    },
+    Actors {
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+    },
+}
+
+const ADMIN_KEY: &str = "loadtest-admin-key-0123456789";
+
+fn fixture_binary() -> Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name("mcp-fixture");
+    if !path.exists() {
+        bail!(
+            "{} is missing: run `cargo build --release --bins` first",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Latency summary of one series, in microseconds.
+#[derive(Debug, Clone)]
+struct Summary {
+    calls: usize,
+    throughput: f64,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+}
+
+fn summarize(mut latencies: Vec<Duration>, wall: Duration) -> Summary {
+    latencies.sort();
+    let at = |q: f64| {
+        latencies[((latencies.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6
+    };
+    Summary {
+        calls: latencies.len(),
+        throughput: latencies.len() as f64 / wall.as_secs_f64(),
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+    }
+}
+
+/// Runs `calls` invocations of `call` spread over `concurrency` workers.
+async fn measure<F, Fut>(calls: usize, concurrency: usize, call: F) -> Result<Summary>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let call = Arc::new(call);
+    // Warm up connections and caches.
+    for _ in 0..concurrency.min(16) {
+        call().await?;
+    }
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..concurrency {
+        let call = call.clone();
+        let share = calls / concurrency + usize::from(worker < calls % concurrency);
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(share);
+            for _ in 0..share {
+                let begun = Instant::now();
+                call().await?;
+                latencies.push(begun.elapsed());
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut all = Vec::with_capacity(calls);
+    for worker in workers {
+        all.extend(worker.await??);
+    }
+    Ok(summarize(all, started.elapsed()))
+}
+
+struct Service {
+    base: String,
+    client: reqwest::Client,
+    key: String,
+    _data: tempfile::TempDir,
+    shutdown: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Service {
+    async fn start() -> Result<Self> {
+        let data = tempfile::tempdir()?;
+        let mut settings = Settings::defaults();
+        settings.server.port = 0;
+        settings.storage.data_dir = data.path().to_path_buf();
+        settings.security.allow_loopback_urls = true;
+        settings.pool.max_connections_per_user = 100_000;
+        settings.pool.max_stdio_processes = 100_000;
+        settings.limits.max_servers_per_user = 100_000;
+        settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
+        let app = Application::build(settings).await?;
+        let base = format!("http://127.0.0.1:{}", app.port());
+        let shutdown = app.shutdown_token();
+        let server = tokio::spawn(async move {
+            if let Err(e) = app.run_until_stopped().await {
+                eprintln!("service stopped with an error: {e}");
+            }
+        });
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?;
+        let service = Self {
+            base,
+            client,
+            key: ADMIN_KEY.into(),
+            _data: data,
+            shutdown,
+            server,
+        };
+        Ok(service)
+    }
+
+    async fn post(&self, path: &str, user: &str, body: Value) -> Result<Value> {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .header("X-User-Id", user)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("{path}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    async fn create_server(&self, user: &str, body: Value) -> Result<String> {
+        let created = self.post("/api/mcp-servers", user, body).await?;
+        Ok(created["id"].as_str().context("server id")?.to_owned())
+    }
+}
+
+impl Service {
+    /// Stops the service the way SIGTERM would and waits until its children are gone.
+    async fn stop(self: Arc<Self>) -> Result<()> {
+        let service = Arc::into_inner(self).context("the service is still shared")?;
+        service.shutdown.cancel();
+        service.server.await?;
+        Ok(())
+    }
+}
+
+async fn start_fixture_http() -> Result<(tokio::process::Child, String)> {
+    let mut child = tokio::process::Command::new(fixture_binary()?)
+        .arg("http")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = lines
+        .next_line()
+        .await?
+        .context("fixture announces its address")?;
+    Ok((child, line.trim_start_matches("listening on ").to_owned()))
+}
+
+fn echo_params() -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new("echo");
+    params.arguments = json!({"text": "hello"}).as_object().cloned();
+    params
+}
+
+async fn call_overhead(calls: usize, levels: Vec<usize>, as_json: bool) -> Result<()> {
+    let service = Arc::new(Service::start().await?);
+    let fixture = fixture_binary()?;
+    let (_http_child, http_base) = start_fixture_http().await?;
+    reqwest::Client::new()
+        .post(format!("{}/admin/presets", service.base))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({"name": "fixture", "command": fixture, "args": ["stdio"]}))
+        .send()
+        .await?
+        .error_for_status()?;
+
+    let mut rows = Vec::new();
+    for transport in ["stdio", "streamableHttp"] {
+        let direct = match transport {
+            "stdio" => {
+                let mut command = tokio::process::Command::new(&fixture);
+                command.arg("stdio");
+                Arc::new(().serve(TokioChildProcess::new(command)?).await?)
+            }
+            _ => Arc::new(
+                ().serve(StreamableHttpClientTransport::from_uri(format!(
+                    "{http_base}/mcp"
+                )))
+                .await?,
+            ),
+        };
+        let server_body = match transport {
+            "stdio" => json!({"name": "fx-stdio", "preset": "fixture"}),
+            _ => json!({"name": "fx-http", "baseUrl": format!("{http_base}/mcp")}),
+        };
+        let server = service.create_server("bench", server_body).await?;
+        let path = Arc::new(format!("/api/mcp-servers/{server}/tools/echo/call"));
+        for &concurrency in &levels {
+            let peer = direct.clone();
+            let direct_summary = measure(calls, concurrency, move || {
+                let peer = peer.clone();
+                async move {
+                    peer.call_tool(echo_params()).await?;
+                    Ok(())
+                }
+            })
+            .await?;
+            let (svc, path2) = (service.clone(), path.clone());
+            let pool_summary = measure(calls, concurrency, move || {
+                let (svc, path) = (svc.clone(), path2.clone());
+                async move {
+                    svc.post(&path, "bench", json!({"arguments": {"text": "hello"}}))
+                        .await?;
+                    Ok(())
+                }
+            })
+            .await?;
+            let svc = service.clone();
+            let floor = measure(calls, concurrency, move || {
+                let svc = svc.clone();
+                async move {
+                    svc.client
+                        .get(format!("{}/healthz", svc.base))
+                        .send()
+                        .await?
+                        .error_for_status()?;
+                    Ok(())
+                }
+            })
+            .await?;
+            rows.push((transport, concurrency, direct_summary, pool_summary, floor));
+        }
+    }
+    service.stop().await?;
+
+    if as_json {
+        let json_rows: Vec<Value> = rows
+            .iter()
+            .map(|(t, c, d, p, f)| {
+                json!({
+                    "transport": t, "concurrency": c, "calls": d.calls,
+                    "http_floor": {"p50_us": f.p50, "p99_us": f.p99},
+                    "direct": {"p50_us": d.p50, "p90_us": d.p90, "p99_us": d.p99, "calls_per_s": d.throughput},
+                    "pool": {"p50_us": p.p50, "p90_us": p.p90, "p99_us": p.p99, "calls_per_s": p.throughput},
+                    "added_p50_us": p.p50 - d.p50,
+                    "ratio_p50": p.p50 / d.p50,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json_rows)?);
+    } else {
+        println!(
+            "call-overhead: `echo` on the fixture, direct rmcp client vs the pool's HTTP call route"
+        );
+        println!(
+            "{:<15} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>10} {:>6} | {:>11}",
+            "transport",
+            "conc",
+            "dir p50",
+            "dir p90",
+            "dir p99",
+            "dir c/s",
+            "pool p50",
+            "pool p90",
+            "pool p99",
+            "pool c/s",
+            "added p50",
+            "ratio",
+            "healthz p50"
+        );
+        for (t, c, d, p, f) in &rows {
+            println!(
+                "{:<15} {:>5} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>8.0}us {:>6.2} | {:>9.0}us",
+                t,
+                c,
+                d.p50,
+                d.p90,
+                d.p99,
+                d.throughput,
+                p.p50,
+                p.p90,
+                p.p99,
+                p.throughput,
+                p.p50 - d.p50,
+                p.p50 / d.p50,
+                f.p50
+            );
+        }
+    }
+    Ok(())
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+async fn actors(count: usize, as_json: bool) -> Result<()> {
+    let service = Arc::new(Service::start().await?);
+    let (_http_child, http_base) = start_fixture_http().await?;
+    let mut servers = Vec::with_capacity(count);
+    for i in 0..count {
+        let user = format!("user{i}");
+        let id = service
+            .create_server(
+                &user,
+                json!({"name": "fx", "baseUrl": format!("{http_base}/mcp")}),
+            )
+            .await?;
+        servers.push((user, id));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_bytes();
+    let started = Instant::now();
+    let servers = Arc::new(servers);
+    let mut workers = Vec::new();
+    for worker in 0..32 {
+        let (service, servers) = (service.clone(), servers.clone());
+        workers.push(tokio::spawn(async move {
+            for (user, id) in servers.iter().skip(worker).step_by(32) {
+                service
+                    .post(&format!("/api/mcp-servers/{id}/connect"), user, json!({}))
+                    .await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    let spawn_time = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_bytes();
+    let per_actor = (after.saturating_sub(before)) as f64 / count as f64;
+    drop(servers);
+    service.stop().await?;
+    if as_json {
+        println!(
+            "{}",
+            json!({"actors": count, "rss_before": before, "rss_after": after, "bytes_per_actor": per_actor, "connect_all_ms": spawn_time.as_millis()})
+        );
+    } else {
+        println!("actors: {count} connected (user, server) actors on one streamable-HTTP upstream");
+        println!(
+            "  RSS before {:.1} MiB, after {:.1} MiB",
+            before as f64 / 1048576.0,
+            after as f64 / 1048576.0
+        );
+        println!(
+            "  {:.1} KiB per connected idle actor (actor + rmcp session + HTTP client)",
+            per_actor / 1024.0
+        );
+        println!(
+            "  connecting all took {:.2}s ({:.0}/s)",
+            spawn_time.as_secs_f64(),
+            count as f64 / spawn_time.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.scenario {
+        Scenario::CallOverhead { calls, concurrency } => {
+            call_overhead(calls, concurrency, cli.json).await
+        }
+        Scenario::Actors { count } => actors(count, cli.json).await,
+    }
+}
