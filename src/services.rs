@@ -14,7 +14,10 @@ pub use assistants::AssistantService;
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
-pub use upstream::{ConnectReport, HealthReport, ToolCallReport, UpstreamService};
+pub use upstream::{
+    AssistantTool, AssistantTools, ConnectReport, HealthReport, ToolCallReport, UnavailableServer,
+    UpstreamService,
+};
 
 use std::sync::Arc;
 

@@ -4,16 +4,82 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::{Json as JsonResponse, Router};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
 use super::error::ApiError;
-use super::extract::{Json, Path};
+use super::extract::{Json, Path, Query};
 use crate::domain::AssistantId;
+use crate::error::Error;
+use crate::services::AssistantTool;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/assistants/{id}/mcp-servers", get(read).put(replace))
+    Router::new()
+        .route("/api/assistants/{id}/mcp-servers", get(read).put(replace))
+        .route("/api/assistants/{id}/tools", get(tools))
+}
+
+#[derive(Deserialize)]
+struct ToolsQuery {
+    format: Option<String>,
+}
+
+/// One tool in the shape a model API expects.
+fn tool_in_format(format: &str, tool: &AssistantTool) -> Value {
+    let description = tool.tool.description.as_deref();
+    let schema = Value::Object((*tool.tool.input_schema).clone());
+    match format {
+        "openai" => json!({
+            "type": "function",
+            "function": {"name": tool.name, "description": description, "parameters": schema},
+        }),
+        "anthropic" => {
+            json!({"name": tool.name, "description": description, "input_schema": schema})
+        }
+        _ => json!({"name": tool.name, "description": description, "inputSchema": schema}),
+    }
+}
+
+async fn tools(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Query(query): Query<ToolsQuery>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let format = query.format.unwrap_or_else(|| "mcp".into());
+    if !matches!(format.as_str(), "openai" | "anthropic" | "mcp") {
+        return Err(Error::validation(format!(
+            "format '{format}' is not one of openai, anthropic, mcp"
+        ))
+        .into());
+    }
+    let listing = state
+        .services
+        .upstream
+        .assistant_tools(&ctx.user, &assistant)
+        .await?;
+    let tools: Vec<Value> = listing
+        .tools
+        .iter()
+        .map(|t| tool_in_format(&format, t))
+        .collect();
+    let unavailable: Vec<Value> = listing
+        .unavailable
+        .into_iter()
+        .map(|u| {
+            let api = ApiError::from(u.error);
+            json!({"serverId": u.server_id, "code": api.status_and_code().1, "message": api.to_string()})
+        })
+        .collect();
+    Ok(JsonResponse(json!({
+        "assistantId": assistant.as_str(),
+        "format": format,
+        "tools": tools,
+        "unavailable": unavailable,
+    })))
 }
 
 #[derive(Serialize)]

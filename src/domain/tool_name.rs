@@ -2,9 +2,14 @@
 //!
 //! Model APIs accept `[A-Za-z0-9_-]{1,64}`; we use at most 63 characters. Anything else
 //! becomes `_`, and a name that would be too long keeps a readable prefix plus a short
-//! hash of the full name, so two long names never collide by truncation.
+//! hash of the full name, so two long names never collide by truncation. Within one
+//! assistant, [`ToolNameTable`] makes names unique even when sanitizing makes two equal,
+//! and resolves a model's tool name back through the table, never by splitting it.
+
+use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
+use uuid::Uuid;
 
 pub const MAX_TOOL_NAME: usize = 63;
 const HASH_CHARS: usize = 8;
@@ -31,9 +36,111 @@ pub fn display_name(server: &str, tool: &str) -> String {
     format!("{}_{}", &full[..keep], &digest[..HASH_CHARS])
 }
 
+/// Which server and tool a model-facing name stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRef {
+    pub server_id: Uuid,
+    pub server_name: String,
+    pub tool: String,
+}
+
+/// The model-facing names of one assistant's tools, in a stable order.
+#[derive(Debug, Default)]
+pub struct ToolNameTable {
+    entries: Vec<(String, ToolRef)>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolNameTable {
+    /// Names are given in order; a later tool whose name is taken gets a hash suffix
+    /// derived from its server id and tool name, so the result is stable.
+    pub fn build(tools: impl IntoIterator<Item = ToolRef>) -> Self {
+        let mut table = Self::default();
+        for tool in tools {
+            let mut name = display_name(&tool.server_name, &tool.tool);
+            let mut attempt = 0u32;
+            while table.by_name.contains_key(&name) {
+                attempt += 1;
+                let digest = hex::encode(Sha256::digest(
+                    format!("{}\u{0}{}\u{0}{attempt}", tool.server_id, tool.tool).as_bytes(),
+                ));
+                let base = display_name(&tool.server_name, &tool.tool);
+                let keep = base.len().min(MAX_TOOL_NAME - HASH_CHARS - 1);
+                name = format!("{}_{}", &base[..keep], &digest[..HASH_CHARS]);
+            }
+            table.by_name.insert(name.clone(), table.entries.len());
+            table.entries.push((name, tool));
+        }
+        table
+    }
+
+    pub fn resolve(&self, name: &str) -> Option<&ToolRef> {
+        self.by_name.get(name).map(|&i| &self.entries[i].1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ToolRef)> {
+        self.entries
+            .iter()
+            .map(|(name, tool)| (name.as_str(), tool))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tool(server: &str, name: &str) -> ToolRef {
+        ToolRef {
+            server_id: Uuid::new_v4(),
+            server_name: server.into(),
+            tool: name.into(),
+        }
+    }
+
+    #[test]
+    fn tables_make_names_unique_and_resolve_them_back() {
+        let a = tool("my.files", "read");
+        let b = tool("my_files", "read");
+        let c = tool("web", "fetch");
+        let table = ToolNameTable::build([a.clone(), b.clone(), c.clone()]);
+        let names: Vec<&str> = table.iter().map(|(n, _)| n).collect();
+        assert_eq!(names[0], "mcp__my_files__read");
+        assert_ne!(
+            names[1], names[0],
+            "sanitizing made them equal; the table does not"
+        );
+        assert!(names[1].starts_with("mcp__my_files__read_") && names[1].len() <= MAX_TOOL_NAME);
+        assert_eq!(names[2], "mcp__web__fetch");
+        assert_eq!(table.resolve(names[0]), Some(&a));
+        assert_eq!(table.resolve(names[1]), Some(&b));
+        assert_eq!(table.resolve("mcp__web__fetch"), Some(&c));
+        assert_eq!(table.resolve("mcp__web"), None);
+        let again = ToolNameTable::build([a, b, c]);
+        assert!(
+            again.iter().map(|(n, _)| n).eq(names.iter().copied()),
+            "stable for the same input"
+        );
+    }
+
+    #[test]
+    fn long_colliding_names_stay_unique_and_bounded() {
+        let long = "s".repeat(80);
+        let tools: Vec<ToolRef> = (0..5).map(|_| tool(&long, &"t".repeat(80))).collect();
+        let table = ToolNameTable::build(tools);
+        let mut names: Vec<&str> = table.iter().map(|(n, _)| n).collect();
+        assert!(names.iter().all(|n| n.len() <= MAX_TOOL_NAME));
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 5);
+    }
 
     #[test]
     fn names_are_sanitized_and_bounded() {

@@ -16,7 +16,8 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::config::Settings;
-use crate::domain::{McpServer, Transport, UserId};
+use crate::domain::tool_name::{ToolNameTable, ToolRef};
+use crate::domain::{AssistantId, McpServer, Transport, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{CallOutcome, UpstreamSpec, UpstreamTransport};
 use crate::pool::{
@@ -37,6 +38,25 @@ pub struct ConnectReport {
 pub struct ToolCallReport {
     pub outcome: CallOutcome,
     pub latency: Duration,
+}
+
+/// One enabled tool of an assistant, under its model-facing name.
+pub struct AssistantTool {
+    pub name: String,
+    pub server: Arc<ServerRuntime>,
+    pub tool: rmcp::model::Tool,
+}
+
+/// A bound server whose tools could not be listed; the others are still offered.
+pub struct UnavailableServer {
+    pub server_id: Uuid,
+    pub error: Error,
+}
+
+pub struct AssistantTools {
+    pub tools: Vec<AssistantTool>,
+    pub table: ToolNameTable,
+    pub unavailable: Vec<UnavailableServer>,
 }
 
 pub struct HealthReport {
@@ -238,6 +258,62 @@ impl UpstreamService {
         Ok(ToolCallReport {
             outcome,
             latency: started.elapsed(),
+        })
+    }
+
+    /// The enabled tools of every active server bound to the assistant, named uniquely.
+    /// A server that fails is reported in `unavailable` and does not hide the others.
+    pub async fn assistant_tools(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<AssistantTools> {
+        let bound = self
+            .store
+            .assistants()
+            .bound_servers(user, assistant)
+            .await?;
+        let listings = futures::future::join_all(
+            bound
+                .iter()
+                .map(|id| async move { (*id, self.tools(user, &id.to_string()).await) }),
+        )
+        .await;
+        let mut tools = Vec::new();
+        let mut unavailable = Vec::new();
+        for (server_id, listing) in listings {
+            match listing {
+                Ok((runtime, catalog)) => {
+                    let spec = &runtime.server.spec;
+                    for tool in &catalog.tools {
+                        if !spec.disabled_tools.iter().any(|t| *t == tool.name) {
+                            tools.push((runtime.clone(), tool.clone()));
+                        }
+                    }
+                }
+                // The user switched it off: not an outage.
+                Err(Error::ServerInactive) => {}
+                Err(error) => unavailable.push(UnavailableServer { server_id, error }),
+            }
+        }
+        let table = ToolNameTable::build(tools.iter().map(|(runtime, tool)| ToolRef {
+            server_id: runtime.server.id,
+            server_name: runtime.server.spec.name.as_str().to_owned(),
+            tool: tool.name.to_string(),
+        }));
+        let tools = table
+            .iter()
+            .zip(tools)
+            .map(|((name, _), (server, tool))| AssistantTool {
+                name: name.to_owned(),
+                server,
+                tool,
+            })
+            .collect();
+        Ok(AssistantTools {
+            tools,
+            table,
+            unavailable,
         })
     }
 

@@ -1,5 +1,6 @@
 //! Integration tests: the real service over HTTP, one test binary.
 
+mod assistant_tools;
 mod assistants;
 mod auth;
 mod cli;
