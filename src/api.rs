@@ -7,9 +7,11 @@ mod assistants;
 mod auth;
 mod connections;
 mod error;
+mod events;
 mod extract;
 mod health;
 mod keys;
+mod messages;
 mod presets;
 mod servers;
 mod upstream;
@@ -45,6 +47,8 @@ pub fn router(state: AppState) -> Router {
         .merge(keys::routes())
         .merge(upstream::routes())
         .merge(connections::routes())
+        .merge(messages::routes())
+        .merge(events::routes())
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

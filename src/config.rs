@@ -30,6 +30,7 @@ pub struct Settings {
     pub pool: PoolSettings,
     pub agent: AgentSettings,
     pub confirmation: ConfirmationSettings,
+    pub events: EventSettings,
     pub limits: LimitSettings,
     pub security: SecuritySettings,
     pub auth: AuthSettings,
@@ -83,6 +84,16 @@ pub struct AgentSettings {
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationSettings {
     pub timeout_secs: u64,
+    /// Longest `?wait=` a tool-calls request may ask for.
+    pub max_wait_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    /// Recent events kept per user for `Last-Event-ID` resume.
+    pub replay_buffer: usize,
+    pub heartbeat_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -93,6 +104,9 @@ pub struct LimitSettings {
     pub max_value_bytes: usize,
     pub max_tool_list_entries: usize,
     pub max_servers_per_assistant: usize,
+    pub max_tool_calls_per_request: usize,
+    /// A tool result larger than this is truncated (with a marker) before it is stored.
+    pub max_result_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -174,7 +188,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 9] = [
+        let positive: [(&'static str, u64); 10] = [
             ("pool.connect_timeout_secs", self.pool.connect_timeout_secs),
             ("pool.idle_timeout_secs", self.pool.idle_timeout_secs),
             (
@@ -187,6 +201,7 @@ impl Settings {
             ),
             ("agent.max_tool_rounds", self.agent.max_tool_rounds.into()),
             ("confirmation.timeout_secs", self.confirmation.timeout_secs),
+            ("events.heartbeat_secs", self.events.heartbeat_secs),
             (
                 "database.max_connections",
                 self.database.max_connections.into(),

@@ -15,6 +15,8 @@ pub enum Resource {
     ApiKey,
     Tool,
     Connection,
+    Message,
+    ToolCall,
 }
 
 impl Resource {
@@ -25,6 +27,8 @@ impl Resource {
             Resource::ApiKey => "API_KEY_NOT_FOUND",
             Resource::Tool => "TOOL_NOT_FOUND",
             Resource::Connection => "CONNECTION_NOT_FOUND",
+            Resource::Message => "MESSAGE_NOT_FOUND",
+            Resource::ToolCall => "TOOL_CALL_NOT_FOUND",
         }
     }
 
@@ -35,6 +39,8 @@ impl Resource {
             Resource::ApiKey => "API key",
             Resource::Tool => "tool",
             Resource::Connection => "connection",
+            Resource::Message => "message",
+            Resource::ToolCall => "tool call",
         }
     }
 }
@@ -69,6 +75,9 @@ pub enum Error {
     InvalidArguments(Vec<String>),
     #[error("the MCP server is not active; enable it first")]
     ServerInactive,
+    /// The tool call was already approved, rejected or timed out.
+    #[error("tool call '{0}' is already settled")]
+    AlreadySettled(String),
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
@@ -110,6 +119,7 @@ impl Error {
             Error::ToolDisabled(_) => "TOOL_DISABLED",
             Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
             Error::ServerInactive => "SERVER_INACTIVE",
+            Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::Pool(pool) => match pool {
                 PoolError::Upstream(McpError::Timeout(_)) => "MCP_TIMEOUT",
                 PoolError::Upstream(McpError::Connect(_) | McpError::Transport(_))

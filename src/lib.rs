@@ -10,8 +10,10 @@
 
 pub mod api;
 pub mod config;
+pub mod confirm;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod mcp;
 pub mod pool;
 pub mod security;

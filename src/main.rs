@@ -103,7 +103,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         } => {
             let store = startup::open_store(&settings).await?;
             let pool = mcp_pool::pool::Pool::start(settings.pool.clone()).await?;
-            let services = Services::new(store.clone(), settings.into(), pool.clone());
+            let services = Services::new(store.clone(), settings.into(), pool.clone()).await?;
             let role = match role {
                 Role::Service => ApiKeyRole::Service,
                 Role::Admin => ApiKeyRole::Admin,

@@ -8,12 +8,14 @@ mod assistants;
 mod keys;
 mod presets;
 mod servers;
+mod tool_calls;
 mod upstream;
 
 pub use assistants::AssistantService;
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
+pub use tool_calls::{ModelToolCall, ToolCallService, limit_result};
 pub use upstream::{
     AssistantTool, AssistantTools, ConnectReport, HealthReport, ToolCallReport, UnavailableServer,
     UpstreamService,
@@ -22,6 +24,8 @@ pub use upstream::{
 use std::sync::Arc;
 
 use crate::config::Settings;
+use crate::confirm::{ConfirmDeps, Confirmations};
+use crate::events::EventHub;
 use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::Store;
@@ -35,31 +39,50 @@ pub struct Services {
     pub presets: PresetService,
     pub keys: KeyService,
     pub upstream: UpstreamService,
+    pub tool_calls: ToolCallService,
+    pub confirmations: Confirmations,
+    pub events: Arc<EventHub>,
     pub pool: Pool,
 }
 
 impl Services {
-    pub fn new(store: Store, settings: Arc<Settings>, pool: Pool) -> Self {
+    pub async fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        pool: Pool,
+    ) -> crate::error::Result<Self> {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
-        Self {
-            servers: ServerService::new(
+        let events = Arc::new(EventHub::new(settings.events.replay_buffer));
+        let upstream = UpstreamService::new(
+            store.clone(),
+            settings.clone(),
+            url_policy.clone(),
+            pool.clone(),
+        );
+        let confirmations = Confirmations::start(ConfirmDeps {
+            store: store.clone(),
+            events: events.clone(),
+            executor: tool_calls::executor(upstream.clone(), settings.limits.max_result_bytes),
+            timeout: std::time::Duration::from_secs(settings.confirmation.timeout_secs),
+        })
+        .await?;
+        Ok(Self {
+            servers: ServerService::new(store.clone(), settings.clone(), url_policy, pool.clone()),
+            tool_calls: ToolCallService::new(
                 store.clone(),
                 settings.clone(),
-                url_policy.clone(),
-                pool.clone(),
+                upstream.clone(),
+                confirmations.clone(),
             ),
-            upstream: UpstreamService::new(
-                store.clone(),
-                settings.clone(),
-                url_policy,
-                pool.clone(),
-            ),
+            upstream,
+            confirmations,
+            events,
             pool,
             assistants: AssistantService::new(store.clone(), settings.clone()),
             presets: PresetService::new(store.clone(), settings.clone()),
             keys: KeyService::new(store.clone(), &settings),
             store,
-        }
+        })
     }
 }
 

@@ -26,7 +26,7 @@ pub enum StartupError {
     },
     #[error("connection pool: {0}")]
     Pool(#[from] PoolError),
-    #[error("admin key bootstrap failed: {0}")]
+    #[error("start-up failed: {0}")]
     Bootstrap(crate::error::Error),
     #[error("server error: {0}")]
     Serve(std::io::Error),
@@ -56,8 +56,13 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
         let store = open_store(&settings).await?;
+        crate::confirm::Confirmations::settle_interrupted(&store)
+            .await
+            .map_err(StartupError::Bootstrap)?;
         let pool = Pool::start(settings.pool.clone()).await?;
-        let services = Services::new(store, settings.clone(), pool);
+        let services = Services::new(store, settings.clone(), pool)
+            .await
+            .map_err(StartupError::Bootstrap)?;
         let generated_admin_key = services
             .keys
             .bootstrap(settings.auth.bootstrap_admin_key.as_ref())
@@ -97,6 +102,7 @@ impl Application {
         let grace = Duration::from_secs(self.state.settings.server.shutdown_grace_secs);
         let store = self.state.services.store.clone();
         let pool = self.state.services.pool.clone();
+        let confirmations = self.state.services.confirmations.clone();
         let shutdown = self.shutdown.clone();
         let on_signal = self.shutdown.clone();
         tokio::spawn(async move {
@@ -118,6 +124,8 @@ impl Application {
                 tracing::warn!(?grace, "requests still running after the grace period; closing them");
             }
         }
+        // Parked calls stay pending in storage and are settled on the next start.
+        confirmations.shutdown().await;
         // Every connection actor closes its session; stdio children are killed and reaped.
         pool.shutdown().await;
         store.close().await;

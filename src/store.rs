@@ -18,11 +18,13 @@ use crate::security::Cipher;
 mod api_keys;
 mod assistants;
 pub mod entities;
+mod messages;
 mod presets;
 mod servers;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
+pub use messages::{AuditEntry, MessageRepo, StoredMessage};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
 
@@ -118,6 +120,10 @@ impl Store {
 
     pub fn presets(&self) -> PresetRepo {
         PresetRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn messages(&self) -> MessageRepo {
+        MessageRepo::new(self.db.clone())
     }
 
     pub fn api_keys(&self) -> ApiKeyRepo {

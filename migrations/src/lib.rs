@@ -6,12 +6,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_initial_schema;
+mod m20261122_000002_message_open_calls;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_initial_schema::Migration)]
+        vec![
+            Box::new(m20261122_000001_initial_schema::Migration),
+            Box::new(m20261122_000002_message_open_calls::Migration),
+        ]
     }
 }

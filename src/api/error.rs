@@ -87,7 +87,7 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         Error::ToolDisabled(_) => StatusCode::FORBIDDEN,
         Error::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        Error::ServerInactive => StatusCode::CONFLICT,
+        Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
             PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,

@@ -14,5 +14,6 @@ mod pool_transports;
 mod presets;
 mod secrets;
 mod servers;
+mod tool_calls;
 mod upstreams;
 mod validation;

@@ -13,6 +13,8 @@ pub struct Model {
     /// ToolCallRecord[] (seed 001), embedded in the assistant message.
     #[sea_orm(column_type = "JsonBinary")]
     pub tool_calls: Json,
+    /// Tool calls still pending or invoking.
+    pub open_calls: i32,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -1,0 +1,54 @@
+//! `GET /api/events`: the caller's events as server-sent events, resumable with
+//! `Last-Event-ID`, with heartbeat comments while idle.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::get;
+use futures::{Stream, StreamExt};
+use tokio::sync::broadcast;
+
+use super::AppState;
+use super::auth::UserContext;
+use crate::events;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/api/events", get(stream))
+}
+
+fn to_sse(event: &events::Event) -> Event {
+    Event::default()
+        .id(event.id.to_string())
+        .event(event.name)
+        .data(event.data.to_string())
+}
+
+async fn stream(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    headers: HeaderMap,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let last_seen = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let (missed, live) = state.services.events.subscribe(&ctx.user, last_seen);
+    let replay = futures::stream::iter(missed.into_iter().map(|e| Ok(to_sse(&e))));
+    let live = futures::stream::unfold(live, |mut live| async move {
+        let item = match live.recv().await {
+            Ok(event) => to_sse(&event),
+            // A slow client skipped some: tell it, so it can re-read state.
+            Err(broadcast::error::RecvError::Lagged(skipped)) => Event::default()
+                .event("stream.lagged")
+                .data(format!("{{\"skipped\":{skipped}}}")),
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok(item), live))
+    });
+    let heartbeat = Duration::from_secs(state.settings.events.heartbeat_secs);
+    Sse::new(replay.chain(live)).keep_alive(KeepAlive::new().interval(heartbeat))
+}

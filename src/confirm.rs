@@ -1,0 +1,308 @@
+//! Tool calls awaiting the user's approval: one `ConfirmationActor` per message.
+//!
+//! The actor is the only writer of its message's ToolCallRecords while any call is open:
+//! every change is written to the database, then announced on the user's event stream.
+//! Auto-approved calls run at once; others are parked until approved, rejected or timed
+//! out. Calls execute in tasks that report back, so the mailbox never waits on a tool.
+//! The actor stops when nothing is open; the supervisor restarts a crashed one from the
+//! stored records (parked calls are parked again; a call that was running is settled as
+//! an error), so no call is lost silently.
+
+mod actor;
+mod supervisor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use ractor::{Actor, ActorRef, ActorStatus};
+use serde_json::Value;
+use uuid::Uuid;
+
+use actor::ConfirmMsg;
+use supervisor::{ConfirmationSupervisor, SupervisorArgs, SupervisorMsg};
+
+use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::events::EventHub;
+use crate::store::Store;
+
+/// What running a tool produced, as the record will hold it.
+pub struct ExecOutcome {
+    pub response: Value,
+    pub is_error: bool,
+    /// The stable error code when the call failed before producing a result.
+    pub error_code: Option<String>,
+    pub latency: Duration,
+}
+
+/// Runs one approved call: (user, server, tool, arguments).
+pub type Executor =
+    Arc<dyn Fn(UserId, Uuid, String, Value) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
+
+/// Everything an actor needs besides its records.
+#[derive(Clone)]
+pub struct ConfirmDeps {
+    pub store: Store,
+    pub events: Arc<EventHub>,
+    pub executor: Executor,
+    pub timeout: Duration,
+}
+
+pub const TOOL_CALL_EVENT: &str = "assistant.toolCall.updated";
+
+/// Live confirmation actors by message, with the user each belongs to.
+#[derive(Default)]
+pub struct Registry {
+    actors: Mutex<HashMap<Uuid, (UserId, ActorRef<ConfirmMsg>)>>,
+}
+
+/// What the registry knows about a message id.
+enum Lookup {
+    Mine(ActorRef<ConfirmMsg>),
+    /// Live, but another user's: it must answer exactly like a missing message.
+    Others,
+    Absent,
+}
+
+impl Registry {
+    fn lookup(&self, user: &UserId, message: Uuid) -> Lookup {
+        let actors = self.actors.lock().expect("registry lock");
+        match actors.get(&message) {
+            Some((_, actor)) if actor.get_status() != ActorStatus::Running => Lookup::Absent,
+            Some((owner, actor)) if owner == user => Lookup::Mine(actor.clone()),
+            Some(_) => Lookup::Others,
+            None => Lookup::Absent,
+        }
+    }
+
+    fn insert(&self, user: UserId, message: Uuid, actor: ActorRef<ConfirmMsg>) {
+        self.actors
+            .lock()
+            .expect("registry lock")
+            .insert(message, (user, actor));
+    }
+
+    fn remove_if(&self, message: Uuid, actor: ractor::ActorId) {
+        let mut actors = self.actors.lock().expect("registry lock");
+        if actors
+            .get(&message)
+            .is_some_and(|(_, a)| a.get_id() == actor)
+        {
+            actors.remove(&message);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.actors.lock().expect("registry lock").len()
+    }
+}
+
+#[derive(Clone)]
+pub struct Confirmations {
+    supervisor: ActorRef<SupervisorMsg>,
+    registry: Arc<Registry>,
+    deps: ConfirmDeps,
+}
+
+/// `Settled` when nothing is open any more.
+pub enum Waited {
+    Settled(Vec<ToolCallRecord>),
+    StillOpen(Vec<ToolCallRecord>),
+}
+
+impl Confirmations {
+    pub async fn start(deps: ConfirmDeps) -> Result<Self> {
+        let registry = Arc::new(Registry::default());
+        let (supervisor, _) = Actor::spawn(
+            None,
+            ConfirmationSupervisor,
+            SupervisorArgs {
+                registry: registry.clone(),
+                deps: deps.clone(),
+            },
+        )
+        .await
+        .map_err(|e| Error::Unexpected(anyhow::anyhow!("confirmation supervisor: {e}")))?;
+        Ok(Self {
+            supervisor,
+            registry,
+            deps,
+        })
+    }
+
+    /// Messages with live actors (each holds at least one open call).
+    pub fn active_messages(&self) -> usize {
+        self.registry.len()
+    }
+
+    async fn actor(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        create: bool,
+    ) -> Result<ActorRef<ConfirmMsg>> {
+        match self.registry.lookup(user, message) {
+            Lookup::Mine(actor) => return Ok(actor),
+            Lookup::Others => return Err(Error::NotFound(Resource::Message, message.to_string())),
+            Lookup::Absent => {}
+        }
+        let reply = self
+            .supervisor
+            .call(
+                |reply| SupervisorMsg::Open {
+                    user: user.clone(),
+                    message,
+                    create,
+                    reply,
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+            .map_err(|e| Error::Unexpected(anyhow::anyhow!("confirmation supervisor: {e}")))?;
+        match reply {
+            ractor::rpc::CallResult::Success(result) => result,
+            _ => Err(Error::Unexpected(anyhow::anyhow!(
+                "the confirmation supervisor did not answer"
+            ))),
+        }
+    }
+
+    async fn ask<T: Send + 'static>(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        create: bool,
+        build: impl Fn(ractor::RpcReplyPort<Result<T>>) -> ConfirmMsg + Clone,
+    ) -> Result<T> {
+        // An actor that just stopped (nothing open) is replaced by a fresh one.
+        for _ in 0..3 {
+            let actor = self.actor(user, message, create).await?;
+            match actor
+                .call(build.clone(), Some(Duration::from_secs(30)))
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(result)) => return result,
+                Ok(ractor::rpc::CallResult::Timeout) => {
+                    return Err(Error::Unexpected(anyhow::anyhow!(
+                        "the confirmation actor did not answer"
+                    )));
+                }
+                _ => continue,
+            }
+        }
+        Err(Error::Unexpected(anyhow::anyhow!(
+            "the confirmation actor kept stopping"
+        )))
+    }
+
+    /// Adds calls to a message (creating it if needed) and returns all its records.
+    pub async fn submit(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        conversation: Option<Uuid>,
+        calls: Vec<ToolCallRecord>,
+    ) -> Result<Vec<ToolCallRecord>> {
+        self.ask(user, message, true, move |reply| ConfirmMsg::Submit {
+            conversation,
+            calls: calls.clone(),
+            reply,
+        })
+        .await
+    }
+
+    pub async fn confirm(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        call_id: &str,
+        approved: bool,
+    ) -> Result<ToolCallRecord> {
+        let stored = self
+            .deps
+            .store
+            .messages()
+            .get(user, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        let record = stored
+            .tool_calls
+            .iter()
+            .find(|c| c.id == call_id)
+            .ok_or_else(|| Error::NotFound(Resource::ToolCall, call_id.to_owned()))?;
+        if record.status != ToolCallStatus::Pending {
+            return Err(Error::AlreadySettled(call_id.to_owned()));
+        }
+        let call_id = call_id.to_owned();
+        self.ask(user, message, false, move |reply| ConfirmMsg::Confirm {
+            call_id: call_id.clone(),
+            approved,
+            reply,
+        })
+        .await
+    }
+
+    /// Waits up to `wait` until no call of the message is open.
+    pub async fn wait_settled(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        wait: Duration,
+    ) -> Result<Waited> {
+        if let Lookup::Mine(actor) = self.registry.lookup(user, message) {
+            let waited = actor.call(ConfirmMsg::WaitSettled, Some(wait)).await;
+            if let Ok(ractor::rpc::CallResult::Success(records)) = waited {
+                return Ok(Waited::Settled(records));
+            }
+        }
+        let stored = self
+            .deps
+            .store
+            .messages()
+            .get(user, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        Ok(if stored.tool_calls.iter().any(|c| c.status.is_open()) {
+            Waited::StillOpen(stored.tool_calls)
+        } else {
+            Waited::Settled(stored.tool_calls)
+        })
+    }
+
+    /// On start-up: records a previous process left open can never settle; say so.
+    pub async fn settle_interrupted(store: &Store) -> Result<usize> {
+        let messages = store.messages().with_open_calls().await?;
+        let mut settled = 0;
+        for mut message in messages {
+            for call in message.tool_calls.iter_mut().filter(|c| c.status.is_open()) {
+                call.status = match call.status {
+                    ToolCallStatus::Pending => ToolCallStatus::Cancelled,
+                    _ => ToolCallStatus::Error,
+                };
+                call.response = Value::String("interrupted by restart".into());
+                call.is_error = true;
+                settled += 1;
+            }
+            store
+                .messages()
+                .save_tool_calls(&message.user_id, message.id, &message.tool_calls)
+                .await?;
+        }
+        if settled > 0 {
+            tracing::warn!(
+                settled,
+                "settled tool calls left open by a previous process"
+            );
+        }
+        Ok(settled)
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self
+            .supervisor
+            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
+            .await;
+    }
+}

@@ -1,0 +1,315 @@
+//! `ConfirmationActor`: the records of one message while any of its calls is open.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{ConfirmDeps, ExecOutcome, TOOL_CALL_EVENT};
+use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::store::{AuditEntry, StoredMessage};
+
+pub enum ConfirmMsg {
+    Submit {
+        conversation: Option<Uuid>,
+        calls: Vec<ToolCallRecord>,
+        reply: RpcReplyPort<Result<Vec<ToolCallRecord>>>,
+    },
+    Confirm {
+        call_id: String,
+        approved: bool,
+        reply: RpcReplyPort<Result<ToolCallRecord>>,
+    },
+    Executed {
+        call_id: String,
+        outcome: ExecOutcome,
+    },
+    TimedOut {
+        call_id: String,
+    },
+    WaitSettled(RpcReplyPort<Vec<ToolCallRecord>>),
+}
+
+pub struct ActorArgs {
+    pub user: UserId,
+    pub message: Uuid,
+    /// Whether the message row exists yet.
+    pub exists: bool,
+    pub records: Vec<ToolCallRecord>,
+    pub deps: ConfirmDeps,
+}
+
+pub struct ActorState {
+    user: UserId,
+    message: Uuid,
+    exists: bool,
+    records: Vec<ToolCallRecord>,
+    deps: ConfirmDeps,
+    waiters: Vec<RpcReplyPort<Vec<ToolCallRecord>>>,
+}
+
+pub struct ConfirmationActor;
+
+impl ActorState {
+    /// Writes the records; the caller announces only after this succeeded.
+    async fn persist(&mut self, conversation: Option<Uuid>) -> Result<()> {
+        let repo = self.deps.store.messages();
+        if self.exists {
+            repo.save_tool_calls(&self.user, self.message, &self.records)
+                .await?;
+        } else {
+            let now = crate::domain::now();
+            repo.insert(&StoredMessage {
+                id: self.message,
+                user_id: self.user.clone(),
+                conversation_id: conversation,
+                role: "assistant".into(),
+                content: String::new(),
+                tool_calls: self.records.clone(),
+                created_at: now,
+                updated_at: now,
+            })
+            .await?;
+            self.exists = true;
+        }
+        Ok(())
+    }
+
+    fn announce(&self, record: &ToolCallRecord) {
+        self.deps.events.publish(
+            &self.user,
+            TOOL_CALL_EVENT,
+            json!({"messageId": self.message, "toolCall": record}),
+        );
+    }
+
+    fn index(&self, call_id: &str) -> Option<usize> {
+        self.records.iter().position(|r| r.id == call_id)
+    }
+
+    fn start_execution(&self, myself: &ActorRef<ConfirmMsg>, record: &ToolCallRecord) {
+        let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
+            return;
+        };
+        let executor = self.deps.executor.clone();
+        let (me, user, call_id, arguments) = (
+            myself.clone(),
+            self.user.clone(),
+            record.id.clone(),
+            record.arguments.clone(),
+        );
+        tokio::spawn(async move {
+            let outcome = executor(user, server, tool, arguments).await;
+            let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
+        });
+    }
+
+    fn park(&self, myself: &ActorRef<ConfirmMsg>, record: &ToolCallRecord) {
+        let call_id = record.id.clone();
+        myself.send_after(self.deps.timeout, move || ConfirmMsg::TimedOut { call_id });
+    }
+
+    /// Settles one record (if it is still open), persists and announces it.
+    async fn settle(
+        &mut self,
+        index: usize,
+        status: ToolCallStatus,
+        response: Value,
+        is_error: bool,
+    ) -> Result<()> {
+        let previous = self.records[index].clone();
+        let record = &mut self.records[index];
+        record.status = status;
+        record.response = response;
+        record.is_error = is_error;
+        if let Err(e) = self.persist(None).await {
+            self.records[index] = previous;
+            return Err(e);
+        }
+        self.announce(&self.records[index]);
+        Ok(())
+    }
+
+    fn open(&self) -> bool {
+        self.records.iter().any(|r| r.status.is_open())
+    }
+
+    fn stop_if_done(&mut self, myself: &ActorRef<ConfirmMsg>) {
+        if !self.open() {
+            for waiter in self.waiters.drain(..) {
+                let _ = waiter.send(self.records.clone());
+            }
+            myself.stop(None);
+        }
+    }
+}
+
+impl Actor for ConfirmationActor {
+    type Msg = ConfirmMsg;
+    type State = ActorState;
+    type Arguments = ActorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ActorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = ActorState {
+            user: args.user,
+            message: args.message,
+            exists: args.exists,
+            records: args.records,
+            deps: args.deps,
+            waiters: Vec::new(),
+        };
+        // Restarted from storage: parked calls wait again; a running call's task is gone.
+        let interrupted: Vec<usize> = (0..state.records.len())
+            .filter(|&i| state.records[i].status == ToolCallStatus::Invoking)
+            .collect();
+        for index in interrupted {
+            state
+                .settle(
+                    index,
+                    ToolCallStatus::Error,
+                    Value::String("interrupted: the call's worker stopped".into()),
+                    true,
+                )
+                .await?;
+        }
+        for record in state
+            .records
+            .iter()
+            .filter(|r| r.status == ToolCallStatus::Pending)
+        {
+            state.park(&myself, record);
+        }
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ConfirmMsg::Submit {
+                conversation,
+                calls,
+                reply,
+            } => {
+                let mut seen: std::collections::HashSet<&str> =
+                    state.records.iter().map(|r| r.id.as_str()).collect();
+                if let Some(dup) = calls.iter().find(|c| !seen.insert(c.id.as_str())) {
+                    let _ = reply.send(Err(Error::Conflict(format!(
+                        "tool call '{}' already exists on this message",
+                        dup.id
+                    ))));
+                    return Ok(());
+                }
+                let before = state.records.len();
+                state.records.extend(calls);
+                if let Err(e) = state.persist(conversation).await {
+                    state.records.truncate(before);
+                    let _ = reply.send(Err(e));
+                    return Ok(());
+                }
+                for record in &state.records[before..] {
+                    state.announce(record);
+                    match record.status {
+                        ToolCallStatus::Invoking => state.start_execution(&myself, record),
+                        ToolCallStatus::Pending => state.park(&myself, record),
+                        _ => {}
+                    }
+                }
+                let _ = reply.send(Ok(state.records.clone()));
+            }
+            ConfirmMsg::Confirm {
+                call_id,
+                approved,
+                reply,
+            } => {
+                let Some(index) = state.index(&call_id) else {
+                    let _ = reply.send(Err(Error::NotFound(Resource::ToolCall, call_id)));
+                    return Ok(());
+                };
+                if state.records[index].status != ToolCallStatus::Pending {
+                    let _ = reply.send(Err(Error::AlreadySettled(call_id)));
+                    return Ok(());
+                }
+                let result = if approved {
+                    state
+                        .settle(index, ToolCallStatus::Invoking, Value::Null, false)
+                        .await
+                } else {
+                    state
+                        .settle(
+                            index,
+                            ToolCallStatus::Cancelled,
+                            Value::String("The user rejected this tool call.".into()),
+                            true,
+                        )
+                        .await
+                };
+                if result.is_ok() && approved {
+                    state.start_execution(&myself, &state.records[index]);
+                }
+                let _ = reply.send(result.map(|()| state.records[index].clone()));
+            }
+            ConfirmMsg::Executed { call_id, outcome } => {
+                if let Some(index) = state.index(&call_id)
+                    && state.records[index].status == ToolCallStatus::Invoking
+                {
+                    let status = if outcome.is_error {
+                        ToolCallStatus::Error
+                    } else {
+                        ToolCallStatus::Done
+                    };
+                    let record = state.records[index].clone();
+                    state
+                        .settle(index, status, outcome.response, outcome.is_error)
+                        .await?;
+                    let audit = AuditEntry {
+                        user_id: state.user.clone(),
+                        server_id: record.server_id,
+                        server_name: record.server_name.unwrap_or_default(),
+                        tool_name: record.tool_name.unwrap_or_default(),
+                        message_id: Some(state.message),
+                        status,
+                        error_code: outcome.error_code,
+                        latency_ms: Some(outcome.latency.as_millis() as i64),
+                    };
+                    if let Err(e) = state.deps.store.messages().audit(audit).await {
+                        tracing::warn!(error = %e, "could not write an audit row");
+                    }
+                }
+            }
+            ConfirmMsg::TimedOut { call_id } => {
+                if let Some(index) = state.index(&call_id)
+                    && state.records[index].status == ToolCallStatus::Pending
+                {
+                    let waited = state.deps.timeout.as_secs();
+                    state
+                        .settle(
+                            index,
+                            ToolCallStatus::Cancelled,
+                            Value::String(format!(
+                                "No approval within {waited} s; the call was cancelled."
+                            )),
+                            true,
+                        )
+                        .await?;
+                }
+            }
+            ConfirmMsg::WaitSettled(reply) => {
+                if state.open() {
+                    state.waiters.push(reply);
+                } else {
+                    let _ = reply.send(state.records.clone());
+                }
+            }
+        }
+        state.stop_if_done(&myself);
+        Ok(())
+    }
+}

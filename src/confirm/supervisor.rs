@@ -1,0 +1,150 @@
+//! `ConfirmationSupervisor`: opens one actor per message (never two), and restarts a
+//! crashed one from the stored records.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use uuid::Uuid;
+
+use super::actor::{ActorArgs, ConfirmMsg, ConfirmationActor};
+use super::{ConfirmDeps, Lookup, Registry};
+use crate::domain::UserId;
+use crate::error::{Error, Resource, Result};
+
+pub enum SupervisorMsg {
+    Open {
+        user: UserId,
+        message: Uuid,
+        /// Create the message when it does not exist yet (submitting calls).
+        create: bool,
+        reply: RpcReplyPort<Result<ActorRef<ConfirmMsg>>>,
+    },
+}
+
+pub struct SupervisorArgs {
+    pub registry: Arc<Registry>,
+    pub deps: ConfirmDeps,
+}
+
+pub struct SupervisorState {
+    registry: Arc<Registry>,
+    deps: ConfirmDeps,
+    children: HashMap<ActorId, (UserId, Uuid)>,
+}
+
+pub struct ConfirmationSupervisor;
+
+impl SupervisorState {
+    async fn open(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        user: UserId,
+        message: Uuid,
+        create: bool,
+    ) -> Result<ActorRef<ConfirmMsg>> {
+        match self.registry.lookup(&user, message) {
+            Lookup::Mine(actor) => return Ok(actor),
+            Lookup::Others => return Err(Error::NotFound(Resource::Message, message.to_string())),
+            Lookup::Absent => {}
+        }
+        let repo = self.deps.store.messages();
+        let (exists, records) = match repo.get(&user, message).await? {
+            Some(stored) => (true, stored.tool_calls),
+            // Another user's message id answers exactly like a missing one.
+            None if create && !repo.exists(message).await? => (false, Vec::new()),
+            None => return Err(Error::NotFound(Resource::Message, message.to_string())),
+        };
+        let args = ActorArgs {
+            user: user.clone(),
+            message,
+            exists,
+            records,
+            deps: self.deps.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, ConfirmationActor, args, myself.get_cell())
+            .await
+            .map_err(|e| {
+                Error::Unexpected(anyhow::anyhow!("cannot start a confirmation actor: {e}"))
+            })?;
+        self.children
+            .insert(actor.get_id(), (user.clone(), message));
+        self.registry.insert(user, message, actor.clone());
+        Ok(actor)
+    }
+}
+
+impl Actor for ConfirmationSupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            registry: args.registry,
+            deps: args.deps,
+            children: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Open {
+                user,
+                message,
+                create,
+                reply,
+            } => {
+                let _ = reply.send(state.open(&myself, user, message, create).await);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some((_, message)) = state.children.remove(&cell.get_id()) {
+                    state.registry.remove_if(message, cell.get_id());
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                if let Some((user, message)) = state.children.remove(&cell.get_id()) {
+                    state.registry.remove_if(message, cell.get_id());
+                    tracing::error!(%message, %error, "confirmation actor crashed; restarting it from storage");
+                    if let Err(e) = state.open(&myself, user, message, false).await {
+                        tracing::error!(%message, error = %e, "could not restart a confirmation actor");
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
+            .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+//! ToolCallRecord (seed 001): one tool call of an assistant message and its outcome.
+//!
+//! The record is the wire format seed 001 defines and is stored as-is in the message's
+//! `tool_calls` JSON, so this one type is both the stored and the served shape.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallStatus {
+    /// Parked, waiting for the user's approval.
+    Pending,
+    Invoking,
+    Done,
+    Error,
+    Cancelled,
+}
+
+impl ToolCallStatus {
+    pub fn is_open(self) -> bool {
+        matches!(self, ToolCallStatus::Pending | ToolCallStatus::Invoking)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    /// The model's id for the call.
+    pub id: String,
+    pub server_id: Option<Uuid>,
+    pub server_name: Option<String>,
+    pub tool_name: Option<String>,
+    /// The name the model used (`mcp__{server}__{tool}`).
+    pub display_name: String,
+    pub arguments: Value,
+    pub status: ToolCallStatus,
+    /// The tool's result (MCP content), or a message the model can read.
+    pub response: Value,
+    pub is_error: bool,
+}

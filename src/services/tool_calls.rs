@@ -1,0 +1,241 @@
+//! The model's tool calls for one message (seed 001): resolve each name through the
+//! assistant's table, check its arguments, then run it at once (auto-approved) or park it
+//! for the user's decision.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolResult;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::UpstreamService;
+use crate::config::Settings;
+use crate::confirm::{Confirmations, ExecOutcome, Executor, Waited};
+use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::store::{Store, StoredMessage};
+
+/// One call as the model produced it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelToolCall {
+    pub id: String,
+    pub name: String,
+    /// An object, or a JSON string of one (OpenAI sends arguments as a string).
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+#[derive(Clone)]
+pub struct ToolCallService {
+    store: Store,
+    settings: Arc<Settings>,
+    upstream: UpstreamService,
+    confirmations: Confirmations,
+}
+
+/// Keeps a tool result within `max_bytes`, cutting text cleanly and saying so.
+pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
+    let content = serde_json::to_value(&result.content).unwrap_or(Value::Array(Vec::new()));
+    let size = content.to_string().len();
+    if size <= max_bytes {
+        return content;
+    }
+    let text: String = result
+        .content
+        .iter()
+        .filter_map(|block| serde_json::to_value(block).ok())
+        .filter_map(|block| block.get("text").and_then(Value::as_str).map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut cut = max_bytes.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    json!([{
+        "type": "text",
+        "text": format!("{}\n[truncated: the result was {size} bytes, the limit is {max_bytes}]", &text[..cut]),
+    }])
+}
+
+/// Runs approved calls through the pool; every failure becomes a result the model can read.
+pub fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor {
+    Arc::new(
+        move |user: UserId, server: Uuid, tool: String, arguments: Value| {
+            let upstream = upstream.clone();
+            Box::pin(async move {
+                let started = Instant::now();
+                match upstream
+                    .call_tool(&user, &server.to_string(), &tool, arguments)
+                    .await
+                {
+                    Ok(report) => ExecOutcome {
+                        response: limit_result(&report.outcome.result, max_result_bytes),
+                        is_error: report.outcome.result.is_error.unwrap_or(false),
+                        error_code: None,
+                        latency: report.latency,
+                    },
+                    Err(error) => ExecOutcome {
+                        response: Value::String(error.to_string()),
+                        is_error: true,
+                        error_code: Some(error.code().to_owned()),
+                        latency: started.elapsed(),
+                    },
+                }
+            })
+        },
+    )
+}
+
+fn parse_message_id(raw: &str) -> Result<Uuid> {
+    Uuid::parse_str(raw).map_err(|_| Error::NotFound(Resource::Message, raw.to_owned()))
+}
+
+fn failed(call: &ModelToolCall, arguments: Value, reason: Value) -> ToolCallRecord {
+    ToolCallRecord {
+        id: call.id.clone(),
+        server_id: None,
+        server_name: None,
+        tool_name: None,
+        display_name: call.name.clone(),
+        arguments,
+        status: ToolCallStatus::Error,
+        response: reason,
+        is_error: true,
+    }
+}
+
+impl ToolCallService {
+    pub fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        upstream: UpstreamService,
+        confirmations: Confirmations,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            upstream,
+            confirmations,
+        }
+    }
+
+    pub async fn submit(
+        &self,
+        user: &UserId,
+        message_id: &str,
+        assistant: &AssistantId,
+        conversation: Option<Uuid>,
+        calls: Vec<ModelToolCall>,
+    ) -> Result<Vec<ToolCallRecord>> {
+        let message = Uuid::parse_str(message_id)
+            .map_err(|_| Error::validation("the message id must be a UUID"))?;
+        let max = self.settings.limits.max_tool_calls_per_request;
+        if calls.is_empty() || calls.len() > max {
+            return Err(Error::validation(format!(
+                "calls must hold 1 to {max} tool calls"
+            )));
+        }
+        for call in &calls {
+            if call.id.is_empty() || call.id.len() > 128 || call.id.chars().any(char::is_control) {
+                return Err(Error::validation(
+                    "each call id must be 1 to 128 characters",
+                ));
+            }
+        }
+        let listing = self.upstream.assistant_tools(user, assistant).await?;
+        let mut records = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let arguments = match &call.arguments {
+                Value::Null => json!({}),
+                Value::String(text) => match serde_json::from_str::<Value>(text) {
+                    Ok(parsed @ Value::Object(_)) => parsed,
+                    _ => {
+                        records.push(failed(
+                            call,
+                            call.arguments.clone(),
+                            json!("The arguments are not a JSON object."),
+                        ));
+                        continue;
+                    }
+                },
+                object @ Value::Object(_) => object.clone(),
+                other => {
+                    records.push(failed(
+                        call,
+                        other.clone(),
+                        json!("The arguments are not a JSON object."),
+                    ));
+                    continue;
+                }
+            };
+            let Some(tool) = listing.tools.iter().find(|t| t.name == call.name) else {
+                records.push(failed(
+                    call,
+                    arguments,
+                    json!(format!("Unknown or disabled tool '{}'.", call.name)),
+                ));
+                continue;
+            };
+            let spec = &tool.server.server.spec;
+            let (_, catalog) = self
+                .upstream
+                .tools(user, &tool.server.server.id.to_string())
+                .await?;
+            if let Err(problems) = catalog.validate(&tool.tool.name, &arguments) {
+                records.push(failed(call, arguments, json!({"error": "The arguments do not match the tool's input schema.", "details": problems})));
+                continue;
+            }
+            let auto = spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name);
+            records.push(ToolCallRecord {
+                id: call.id.clone(),
+                server_id: Some(tool.server.server.id),
+                server_name: Some(spec.name.as_str().to_owned()),
+                tool_name: Some(tool.tool.name.to_string()),
+                display_name: call.name.clone(),
+                arguments,
+                status: if auto {
+                    ToolCallStatus::Invoking
+                } else {
+                    ToolCallStatus::Pending
+                },
+                response: Value::Null,
+                is_error: false,
+            });
+        }
+        self.confirmations
+            .submit(user, message, conversation, records)
+            .await
+    }
+
+    pub async fn confirm(
+        &self,
+        user: &UserId,
+        message_id: &str,
+        call_id: &str,
+        approved: bool,
+    ) -> Result<ToolCallRecord> {
+        let message = parse_message_id(message_id)?;
+        self.confirmations
+            .confirm(user, message, call_id, approved)
+            .await
+    }
+
+    /// Waits (bounded by `confirmation.max_wait_secs`) until the message has no open call.
+    pub async fn wait(&self, user: &UserId, message_id: &str, seconds: u64) -> Result<Waited> {
+        let message = parse_message_id(message_id)?;
+        let wait = Duration::from_secs(seconds.min(self.settings.confirmation.max_wait_secs));
+        self.confirmations.wait_settled(user, message, wait).await
+    }
+
+    pub async fn message(&self, user: &UserId, message_id: &str) -> Result<StoredMessage> {
+        let message = parse_message_id(message_id)?;
+        self.store
+            .messages()
+            .get(user, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Message, message_id.to_owned()))
+    }
+}
