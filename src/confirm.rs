@@ -220,6 +220,22 @@ impl Confirmations {
         call_id: &str,
         approved: bool,
     ) -> Result<ToolCallRecord> {
+        let ask = {
+            let call_id = call_id.to_owned();
+            move |reply| ConfirmMsg::Confirm {
+                call_id: call_id.clone(),
+                approved,
+                reply,
+            }
+        };
+        // The live actor knows its records: no database read on the hot path.
+        if let Lookup::Mine(actor) = self.registry.lookup(user, message)
+            && let Ok(ractor::rpc::CallResult::Success(result)) =
+                actor.call(ask.clone(), Some(Duration::from_secs(30))).await
+        {
+            return result;
+        }
+        // No live actor: the stored record says whether there is anything to decide.
         let stored = self
             .deps
             .store
@@ -235,13 +251,7 @@ impl Confirmations {
         if record.status != ToolCallStatus::Pending {
             return Err(Error::AlreadySettled(call_id.to_owned()));
         }
-        let call_id = call_id.to_owned();
-        self.ask(user, message, false, move |reply| ConfirmMsg::Confirm {
-            call_id: call_id.clone(),
-            approved,
-            reply,
-        })
-        .await
+        self.ask(user, message, false, ask).await
     }
 
     /// Waits up to `wait` until no call of the message is open.

@@ -17,6 +17,7 @@ pub enum Resource {
     Connection,
     Message,
     ToolCall,
+    Conversation,
 }
 
 impl Resource {
@@ -29,6 +30,7 @@ impl Resource {
             Resource::Connection => "CONNECTION_NOT_FOUND",
             Resource::Message => "MESSAGE_NOT_FOUND",
             Resource::ToolCall => "TOOL_CALL_NOT_FOUND",
+            Resource::Conversation => "CONVERSATION_NOT_FOUND",
         }
     }
 
@@ -41,6 +43,7 @@ impl Resource {
             Resource::Connection => "connection",
             Resource::Message => "message",
             Resource::ToolCall => "tool call",
+            Resource::Conversation => "conversation",
         }
     }
 }

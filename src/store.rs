@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr, SqlErr};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, SqlErr};
 use secrecy::ExposeSecret;
 
 use crate::config::Settings;
@@ -17,6 +17,7 @@ use crate::security::Cipher;
 
 mod api_keys;
 mod assistants;
+mod conversations;
 pub mod entities;
 mod messages;
 mod presets;
@@ -24,6 +25,7 @@ mod servers;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
+pub use conversations::{ConversationRepo, Ownership};
 pub use messages::{AuditEntry, MessageRepo, StoredMessage};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
@@ -87,12 +89,15 @@ impl Store {
         let mut options = ConnectOptions::new(url);
         options
             .max_connections(settings.database.max_connections)
-            .sqlx_logging(false);
+            .sqlx_logging(false)
+            // WAL lets readers proceed during a write; with WAL, synchronous=NORMAL keeps
+            // every commit across a process restart (only an OS crash may lose the last
+            // ones) and makes a commit ~10x cheaper than FULL.
+            .map_sqlx_sqlite_opts(|opts| {
+                opts.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+            });
         let db = Database::connect(options).await.map_err(StoreError::from)?;
-        if is_sqlite {
-            // WAL lets readers proceed while a write is in progress.
-            db.execute_unprepared("PRAGMA journal_mode=WAL").await?;
-        }
         Ok(Self { db, cipher })
     }
 
@@ -120,6 +125,10 @@ impl Store {
 
     pub fn presets(&self) -> PresetRepo {
         PresetRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn conversations(&self) -> ConversationRepo {
+        ConversationRepo::new(self.db.clone())
     }
 
     pub fn messages(&self) -> MessageRepo {

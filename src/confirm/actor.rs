@@ -238,9 +238,15 @@ impl Actor for ConfirmationActor {
                     return Ok(());
                 }
                 let result = if approved {
-                    state
-                        .settle(index, ToolCallStatus::Invoking, Value::Null, false)
-                        .await
+                    // Start at once; the stored 'invoking' still precedes its announcement,
+                    // and the result cannot be handled before this message is done.
+                    state.records[index].status = ToolCallStatus::Invoking;
+                    state.start_execution(&myself, &state.records[index]);
+                    let persisted = state.persist(None).await;
+                    if persisted.is_ok() {
+                        state.announce(&state.records[index]);
+                    }
+                    persisted
                 } else {
                     state
                         .settle(
@@ -251,9 +257,6 @@ impl Actor for ConfirmationActor {
                         )
                         .await
                 };
-                if result.is_ok() && approved {
-                    state.start_execution(&myself, &state.records[index]);
-                }
                 let _ = reply.send(result.map(|()| state.records[index].clone()));
             }
             ConfirmMsg::Executed { call_id, outcome } => {

@@ -15,7 +15,7 @@ use crate::config::Settings;
 use crate::confirm::{Confirmations, ExecOutcome, Executor, Waited};
 use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::store::{Store, StoredMessage};
+use crate::store::{Ownership, Store, StoredMessage};
 
 /// One call as the model produced it.
 #[derive(Debug, Clone, Deserialize)]
@@ -143,6 +143,28 @@ impl ToolCallService {
                 return Err(Error::validation(
                     "each call id must be 1 to 128 characters",
                 ));
+            }
+        }
+        if let Some(conversation) = conversation {
+            match self
+                .store
+                .conversations()
+                .ownership(user, conversation)
+                .await?
+            {
+                Ownership::Mine => {}
+                Ownership::Others => {
+                    return Err(Error::NotFound(
+                        Resource::Conversation,
+                        conversation.to_string(),
+                    ));
+                }
+                Ownership::Missing => {
+                    self.store
+                        .conversations()
+                        .insert(user, conversation, Some(assistant.as_str()))
+                        .await?;
+                }
             }
         }
         let listing = self.upstream.assistant_tools(user, assistant).await?;

@@ -305,6 +305,38 @@ async fn bad_calls_become_error_records_the_model_can_read() {
 }
 
 #[tokio::test]
+async fn a_conversation_is_created_for_its_owner_and_hidden_from_others() {
+    let app = spawn_pool_app().await;
+    setup(&app).await;
+    let conversation = Uuid::new_v4().to_string();
+    let with_conversation = |user: &'static str| {
+        let conversation = conversation.clone();
+        let app = &app;
+        async move {
+            app.user(
+                user,
+                Method::POST,
+                &format!("/api/messages/{}/tool-calls?wait=20", Uuid::new_v4()),
+                Some(json!({"assistantId": "a1", "conversationId": conversation,
+                            "calls": [{"id": "c1", "name": "mcp__fx__echo", "arguments": {"text": "x"}}]})),
+            )
+            .await
+        }
+    };
+    assert_eq!(with_conversation("u").await.status, StatusCode::OK);
+    assert_eq!(
+        with_conversation("u").await.status,
+        StatusCode::OK,
+        "reusing it is fine"
+    );
+    let other = with_conversation("mallory").await;
+    assert_eq!(
+        (other.status, other.code()),
+        (StatusCode::NOT_FOUND, "CONVERSATION_NOT_FOUND")
+    );
+}
+
+#[tokio::test]
 async fn another_users_message_is_not_found() {
     let app = spawn_pool_app().await;
     setup(&app).await;
