@@ -93,11 +93,49 @@ pub struct ConnectionStatus {
 
 pub type StatusCell = Mutex<ConnectionStatus>;
 
+pub(crate) fn unix_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The live session of a connection, readable without messaging its actor: most calls
+/// take their lease here (one read lock, no cross-task wake-up). Written by the actor only.
+#[derive(Default)]
+pub struct SessionSlot {
+    current: RwLock<Option<(Arc<McpClient>, u64)>>,
+    last_used_ms: std::sync::atomic::AtomicI64,
+}
+
+impl SessionSlot {
+    fn set(&self, session: Option<(Arc<McpClient>, u64)>) {
+        *self.current.write().expect("slot lock") = session;
+    }
+
+    fn touch(&self) {
+        self.last_used_ms
+            .store(unix_millis(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn last_used_ms(&self) -> i64 {
+        self.last_used_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The session with its generation, if it is connected and not closed.
+    fn current(&self) -> Option<(Arc<McpClient>, u64)> {
+        self.current
+            .read()
+            .expect("slot lock")
+            .as_ref()
+            .filter(|(client, _)| !client.is_closed())
+            .cloned()
+    }
+}
+
 /// One registry row: the actor, its status and what it runs.
 #[derive(Clone)]
 pub struct RegistryEntry {
     pub actor: ActorRef<ConnectionMsg>,
     pub status: Arc<StatusCell>,
+    pub slot: Arc<SessionSlot>,
     pub runtime: Arc<ServerRuntime>,
 }
 
@@ -217,6 +255,18 @@ impl Pool {
         let mut loaded: Option<Arc<ServerRuntime>> = None;
         let acquire_timeout = Duration::from_secs(self.settings.connect_timeout_secs + 5);
         // A stopped actor can linger in the registry for an instant: try again then.
+        if let Some(entry) = self.registry.get(key)
+            && let Some((client, generation)) = entry.slot.current()
+        {
+            entry.slot.touch();
+            return Ok(Lease {
+                client,
+                runtime: entry.runtime,
+                key: key.clone(),
+                actor: entry.actor,
+                generation,
+            });
+        }
         for _ in 0..3 {
             let actor = match self.registry.get(key) {
                 Some(entry) if entry.actor.get_status() == ActorStatus::Running => entry.actor,
@@ -367,10 +417,14 @@ impl Pool {
 }
 
 fn info(key: ConnectionKey, entry: &RegistryEntry) -> ConnectionInfo {
+    let mut status = entry.status.lock().expect("status lock").clone();
+    if let Some(last_used) = DateTime::from_timestamp_millis(entry.slot.last_used_ms()) {
+        status.last_active_at = status.last_active_at.max(last_used);
+    }
     ConnectionInfo {
         key,
         server_name: entry.runtime.server.spec.name.as_str().to_owned(),
         transport: entry.runtime.server.spec.transport.kind().as_str(),
-        status: entry.status.lock().expect("status lock").clone(),
+        status,
     }
 }

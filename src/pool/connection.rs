@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{
-    Catalogs, ConnectionKey, ConnectionState, Lease, PoolError, ServerRuntime, StatusCell,
+    Catalogs, ConnectionKey, ConnectionState, Lease, PoolError, ServerRuntime, SessionSlot,
+    StatusCell,
 };
 use crate::mcp::{self, McpClient, McpError, UpstreamEvents};
 
@@ -48,6 +49,8 @@ pub struct ConnectionArgs {
     pub key: ConnectionKey,
     pub runtime: Arc<ServerRuntime>,
     pub status: Arc<StatusCell>,
+    /// Where callers find the live session without a message.
+    pub slot: Arc<SessionSlot>,
     pub catalogs: Arc<Catalogs>,
     pub idle_timeout: Duration,
 }
@@ -76,7 +79,7 @@ pub struct ConnectionStateData {
     /// Bumped per connect attempt, so late reports about an old session are ignored.
     generation: u64,
     backoff: Box<dyn Iterator<Item = Duration> + Send>,
-    last_active: Instant,
+    slot: Arc<SessionSlot>,
     idle_timer: Option<JoinHandle<()>>,
 }
 
@@ -150,6 +153,7 @@ impl ConnectionStateData {
     }
 
     fn mark_failed(&mut self, reason: String, retry_in: Duration) {
+        self.slot.set(None);
         tracing::warn!(user = %self.key.user, server = %self.key.server, %reason, "MCP connection failed");
         self.phase = Phase::Failed {
             reason: reason.clone(),
@@ -181,7 +185,10 @@ impl Actor for ConnectionActor {
             phase: Phase::Disconnected,
             generation: 0,
             backoff: new_backoff(),
-            last_active: Instant::now(),
+            slot: {
+                args.slot.touch();
+                args.slot
+            },
             idle_timer: Some(idle_timer),
         })
     }
@@ -194,8 +201,7 @@ impl Actor for ConnectionActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ConnectionMsg::Acquire(reply) => {
-                state.last_active = Instant::now();
-                state.status.lock().expect("status lock").last_active_at = crate::domain::now();
+                state.slot.touch();
                 match &mut state.phase {
                     Phase::Connected { client } if !client.is_closed() => {
                         let client = client.clone();
@@ -203,6 +209,7 @@ impl Actor for ConnectionActor {
                     }
                     Phase::Connected { .. } => {
                         // The session died between uses: reconnect transparently.
+                        state.slot.set(None);
                         state.catalogs.invalidate(&state.key).await;
                         state.start_connect(&myself, reply);
                     }
@@ -277,10 +284,13 @@ impl Actor for ConnectionActor {
                 let busy = match &state.phase {
                     Phase::Connecting { .. } => true,
                     // Leases still held mean calls in flight.
-                    Phase::Connected { client } => Arc::strong_count(client) > 1,
+                    // One reference is ours and one the slot's; more are leases in use.
+                    Phase::Connected { client } => Arc::strong_count(client) > 2,
                     _ => false,
                 };
-                if !busy && state.last_active.elapsed() >= state.idle_timeout {
+                let idle_ms = crate::pool::unix_millis() - state.slot.last_used_ms();
+                if !busy && idle_ms >= state.idle_timeout.as_millis() as i64 {
+                    state.slot.set(None);
                     tracing::debug!(user = %state.key.user, server = %state.key.server, "idle: closing the connection");
                     myself.stop(Some("idle".into()));
                 }
@@ -297,6 +307,7 @@ impl Actor for ConnectionActor {
         if let Some(timer) = state.idle_timer.take() {
             timer.abort();
         }
+        state.slot.set(None);
         match std::mem::replace(&mut state.phase, Phase::Disconnected) {
             Phase::Connected { client } => {
                 if let Ok(mut client) = Arc::try_unwrap(client) {

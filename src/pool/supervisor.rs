@@ -12,7 +12,7 @@ use ractor::{
 use super::connection::{ConnectionActor, ConnectionArgs, ConnectionMsg};
 use super::{
     Catalogs, ConnectionKey, ConnectionState, ConnectionStatus, PoolError, Registry, RegistryEntry,
-    ServerRuntime,
+    ServerRuntime, SessionSlot,
 };
 use crate::config::PoolSettings;
 use crate::domain::{TransportKind, UserId};
@@ -62,10 +62,12 @@ impl SupervisorState {
             server_name: None,
             server_version: None,
         }));
+        let slot = Arc::new(SessionSlot::default());
         let args = ConnectionArgs {
             key: key.clone(),
             runtime: runtime.clone(),
             status: status.clone(),
+            slot: slot.clone(),
             catalogs: self.catalogs.clone(),
             idle_timeout: Duration::from_secs(self.settings.idle_timeout_secs),
         };
@@ -83,6 +85,7 @@ impl SupervisorState {
             RegistryEntry {
                 actor: actor.clone(),
                 status,
+                slot,
                 runtime,
             },
         );
