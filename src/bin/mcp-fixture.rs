@@ -7,7 +7,8 @@
 //! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
 //! `extra` and sends tools/list_changed), `progress` (progress notifications), `env` (reads
-//! an environment variable), `pid`. One resource `fixture://greeting`, one prompt `greet`.
+//! an environment variable), `pid`. Resources `fixture://greeting` and
+//! `fixture://cancellations` (requests cancelled by the client so far); one prompt `greet`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +28,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+
+/// Requests this process saw cancelled (`notifications/cancelled`), readable as the
+/// resource `fixture://cancellations`.
+static CANCELLATIONS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Clone, Default)]
 struct Fixture {
@@ -188,7 +193,10 @@ impl ServerHandler for Fixture {
                     .unwrap_or(1000);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(text(format!("slept {ms} ms"))),
-                    _ = context.ct.cancelled() => Err(McpError::internal_error("cancelled", None)),
+                    _ = context.ct.cancelled() => {
+                        CANCELLATIONS.fetch_add(1, Ordering::SeqCst);
+                        Err(McpError::internal_error("cancelled", None))
+                    }
                 }
             }
             "fail" => {
@@ -255,6 +263,7 @@ impl ServerHandler for Fixture {
     ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(vec![
             Resource::new("fixture://greeting", "greeting").with_mime_type("text/plain"),
+            Resource::new("fixture://cancellations", "cancellations").with_mime_type("text/plain"),
         ]))
     }
 
