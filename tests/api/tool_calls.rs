@@ -45,6 +45,23 @@ async fn submit(
     .await
 }
 
+/// Parks one call `c1` (`add` is not auto-approved) on the message.
+async fn park_add(app: &TestApp, message: &str) {
+    let reply = submit(
+        app,
+        "u",
+        message,
+        "",
+        json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
+    )
+    .await;
+    assert_eq!(
+        reply.body["toolCalls"][0]["status"], "pending",
+        "{}",
+        reply.text
+    );
+}
+
 async fn confirm(
     app: &TestApp,
     user: &str,
@@ -204,14 +221,7 @@ async fn of_concurrent_approvals_exactly_one_wins() {
     let app = Arc::new(spawn_pool_app().await);
     setup(&app).await;
     let message = Uuid::new_v4().to_string();
-    submit(
-        &app,
-        "u",
-        &message,
-        "",
-        json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
-    )
-    .await;
+    park_add(&app, &message).await;
     let attempts: Vec<_> = (0..10)
         .map(|_| {
             let (app, message) = (app.clone(), message.clone());
@@ -341,14 +351,7 @@ async fn another_users_message_is_not_found() {
     let app = spawn_pool_app().await;
     setup(&app).await;
     let message = Uuid::new_v4().to_string();
-    submit(
-        &app,
-        "u",
-        &message,
-        "",
-        json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
-    )
-    .await;
+    park_add(&app, &message).await;
     let read = app
         .user(
             "mallory",
@@ -384,14 +387,7 @@ async fn a_restart_settles_calls_left_open() {
     let app = spawn_pool_app().await;
     setup(&app).await;
     let message = Uuid::new_v4().to_string();
-    submit(
-        &app,
-        "u",
-        &message,
-        "",
-        json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
-    )
-    .await;
+    park_add(&app, &message).await;
     let app = app.restart().await;
     let call = record(&app, &message, "c1").await;
     assert_eq!(call["status"], "cancelled");
@@ -455,14 +451,7 @@ async fn the_event_stream_carries_every_change_in_order_and_resumes() {
     let mut buffer = String::new();
 
     let message = Uuid::new_v4().to_string();
-    submit(
-        &app,
-        "u",
-        &message,
-        "",
-        json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
-    )
-    .await;
+    park_add(&app, &message).await;
     confirm(&app, "u", &message, "c1", true).await;
     let events = next_events(&mut stream, &mut buffer, 3).await;
     let statuses: Vec<&str> = events
