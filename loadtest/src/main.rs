@@ -50,6 +50,9 @@ enum Scenario {
         /// How many of them are then approved one by one, timing each approval.
         #[arg(long, default_value_t = 2000)]
         approve: usize,
+        /// Calls per message (a message's records are stored together).
+        #[arg(long, default_value_t = 64)]
+        per_message: usize,
     },
 }
 
@@ -422,7 +425,12 @@ async fn actors(count: usize, as_json: bool) -> Result<()> {
     Ok(())
 }
 
-async fn confirmations(parked: usize, approve: usize, as_json: bool) -> Result<()> {
+async fn confirmations(
+    parked: usize,
+    approve: usize,
+    per_message: usize,
+    as_json: bool,
+) -> Result<()> {
     let service = Arc::new(Service::start().await?);
     let fixture = fixture_binary()?;
     reqwest::Client::new()
@@ -455,7 +463,7 @@ async fn confirmations(parked: usize, approve: usize, as_json: bool) -> Result<(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_bytes();
     let started = Instant::now();
-    let per_message = 64;
+    let per_message = per_message.clamp(1, 64);
     let messages: Vec<String> = (0..parked.div_ceil(per_message))
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
@@ -539,8 +547,10 @@ async fn main() -> Result<()> {
             call_overhead(calls, concurrency, cli.json).await
         }
         Scenario::Actors { count } => actors(count, cli.json).await,
-        Scenario::Confirmations { parked, approve } => {
-            confirmations(parked, approve, cli.json).await
-        }
+        Scenario::Confirmations {
+            parked,
+            approve,
+            per_message,
+        } => confirmations(parked, approve, per_message, cli.json).await,
     }
 }
