@@ -1,22 +1,24 @@
-//! `/admin/connections`: every live (user, server) connection, stop and refresh.
+//! `/admin/connections`: every live (user, server) connection, stop and refresh;
+//! `/admin/stats`: the service's counts at a glance.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json as JsonResponse, Router};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
 use super::auth::AdminContext;
 use super::error::ApiError;
-use super::extract::Path;
+use super::extract::{Path, Query};
 use crate::pool::ConnectionInfo;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/admin/connections", get(list))
+        .route("/admin/stats", get(stats))
         .route("/admin/connections/{user}/{server}", delete(stop))
         .route("/admin/connections/{user}/{server}/refresh", post(refresh))
 }
@@ -54,15 +56,66 @@ impl From<ConnectionInfo> for ConnectionView {
     }
 }
 
-async fn list(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    /// Only this user's connections.
+    user_id: Option<String>,
+    /// Only connections in this state (disconnected, connecting, connected, error).
+    state: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Query(query): Query<ListQuery>,
+) -> JsonResponse<Value> {
     let connections: Vec<ConnectionView> = state
         .services
         .upstream
         .connections()
         .into_iter()
+        .filter(|c| {
+            query
+                .user_id
+                .as_deref()
+                .is_none_or(|u| c.key.user.as_str() == u)
+        })
+        .filter(|c| {
+            query
+                .state
+                .as_deref()
+                .is_none_or(|s| c.status.state.as_str() == s)
+        })
         .map(ConnectionView::from)
         .collect();
     JsonResponse(json!({ "count": connections.len(), "connections": connections }))
+}
+
+async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
+    let connections = state.services.upstream.connections();
+    let in_state = |wanted: &str| {
+        connections
+            .iter()
+            .filter(|c| c.status.state.as_str() == wanted)
+            .count()
+    };
+    let stdio = connections
+        .iter()
+        .filter(|c| c.transport == "stdio")
+        .count();
+    JsonResponse(json!({
+        "connections": {
+            "total": connections.len(),
+            "connected": in_state("connected"),
+            "connecting": in_state("connecting"),
+            "error": in_state("error"),
+            "stdio": stdio,
+        },
+        "confirmations": {
+            "activeMessages": state.services.confirmations.active_messages(),
+        },
+    }))
 }
 
 async fn stop(

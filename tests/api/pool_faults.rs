@@ -359,6 +359,24 @@ async fn admins_see_stop_and_refresh_connections() {
     assert_eq!(listed[0]["serverInfo"]["name"], "mcp-fixture");
     assert!(listed[0]["connectedAt"].is_string() && listed[0]["lastActiveAt"].is_string());
 
+    let filtered = app
+        .admin(Method::GET, "/admin/connections?userId=bob", None)
+        .await;
+    assert_eq!(filtered.body["count"], 0);
+    let filtered = app
+        .admin(
+            Method::GET,
+            "/admin/connections?userId=alice&state=connected",
+            None,
+        )
+        .await;
+    assert_eq!(filtered.body["count"], 1);
+    let stats = app.admin(Method::GET, "/admin/stats", None).await;
+    assert_eq!(stats.status, StatusCode::OK);
+    assert_eq!(stats.body["connections"]["total"], 1);
+    assert_eq!(stats.body["connections"]["connected"], 1);
+    assert_eq!(stats.body["connections"]["stdio"], 1);
+
     let path = format!("/admin/connections/alice/{server}");
     let refreshed = app
         .admin(Method::POST, &format!("{path}/refresh"), None)
