@@ -5,7 +5,8 @@
 //! service itself, in-process, with a temporary SQLite database.
 //!
 //! - `call-overhead`: the same `echo` call made directly with an rmcp client and through
-//!   the pool's HTTP API, over stdio and streamable HTTP, at each concurrency.
+//!   the pool's HTTP API, over stdio and streamable HTTP, at each concurrency
+//!   (`--external`: the service runs as its own `mcp-pool serve` process).
 //! - `actors`: N connected (user, server) actors on one HTTP upstream; RSS before/after.
 //! - `confirmations`: N parked tool calls (RSS per call), then approvals timed one by one.
 
@@ -38,6 +39,9 @@ enum Scenario {
         calls: usize,
         #[arg(long, value_delimiter = ',', default_values_t = vec![1, 64])]
         concurrency: Vec<usize>,
+        /// Run the service as its own process (`mcp-pool serve`) instead of in this one.
+        #[arg(long)]
+        external: bool,
     },
     Actors {
         #[arg(long, default_value_t = 1000)]
@@ -126,13 +130,23 @@ where
     Ok(summarize(all, started.elapsed()))
 }
 
+/// How the measured service runs.
+enum Running {
+    /// In this process, sharing its runtime with the load generator.
+    InProcess {
+        shutdown: tokio_util::sync::CancellationToken,
+        server: tokio::task::JoinHandle<()>,
+    },
+    /// The real `mcp-pool serve` binary in its own process.
+    External(tokio::process::Child),
+}
+
 struct Service {
     base: String,
     client: reqwest::Client,
     key: String,
     _data: tempfile::TempDir,
-    shutdown: tokio_util::sync::CancellationToken,
-    server: tokio::task::JoinHandle<()>,
+    running: Running,
 }
 
 impl Service {
@@ -162,10 +176,50 @@ impl Service {
             client,
             key: ADMIN_KEY.into(),
             _data: data,
-            shutdown,
-            server,
+            running: Running::InProcess { shutdown, server },
         };
         Ok(service)
+    }
+
+    /// Runs `mcp-pool serve` (next to this binary) with a temporary data directory.
+    async fn start_external() -> Result<Self> {
+        let data = tempfile::tempdir()?;
+        let binary = std::env::current_exe()?.with_file_name("mcp-pool");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = tokio::process::Command::new(&binary)
+            .arg("serve")
+            .current_dir(data.path())
+            .env("MCP_POOL__SERVER__PORT", port.to_string())
+            .env("MCP_POOL__STORAGE__DATA_DIR", data.path())
+            .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
+            .env("MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS", "true")
+            .env("MCP_POOL__POOL__MAX_CONNECTIONS_PER_USER", "100000")
+            .env("MCP_POOL__LIMITS__MAX_SERVERS_PER_USER", "100000")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client.get(format!("{base}/readyz")).send().await.is_err() {
+            if Instant::now() > deadline {
+                bail!("mcp-pool serve did not become ready");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            base,
+            client,
+            key: ADMIN_KEY.into(),
+            _data: data,
+            running: Running::External(child),
+        })
     }
 
     async fn post(&self, path: &str, user: &str, body: Value) -> Result<Value> {
@@ -195,8 +249,22 @@ impl Service {
     /// Stops the service the way SIGTERM would and waits until its children are gone.
     async fn stop(self: Arc<Self>) -> Result<()> {
         let service = Arc::into_inner(self).context("the service is still shared")?;
-        service.shutdown.cancel();
-        service.server.await?;
+        match service.running {
+            Running::InProcess { shutdown, server } => {
+                shutdown.cancel();
+                server.await?;
+            }
+            Running::External(mut child) => {
+                if let Some(pid) = child.id() {
+                    // SIGTERM: the service stops its connections and children itself.
+                    tokio::process::Command::new("kill")
+                        .arg(pid.to_string())
+                        .status()
+                        .await?;
+                }
+                child.wait().await?;
+            }
+        }
         Ok(())
     }
 }
@@ -221,8 +289,17 @@ fn echo_params() -> CallToolRequestParams {
     params
 }
 
-async fn call_overhead(calls: usize, levels: Vec<usize>, as_json: bool) -> Result<()> {
-    let service = Arc::new(Service::start().await?);
+async fn call_overhead(
+    calls: usize,
+    levels: Vec<usize>,
+    external: bool,
+    as_json: bool,
+) -> Result<()> {
+    let service = Arc::new(if external {
+        Service::start_external().await?
+    } else {
+        Service::start().await?
+    });
     let fixture = fixture_binary()?;
     let (_http_child, http_base) = start_fixture_http().await?;
     reqwest::Client::new()
@@ -543,9 +620,11 @@ async fn confirmations(
 async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.scenario {
-        Scenario::CallOverhead { calls, concurrency } => {
-            call_overhead(calls, concurrency, cli.json).await
-        }
+        Scenario::CallOverhead {
+            calls,
+            concurrency,
+            external,
+        } => call_overhead(calls, concurrency, external, cli.json).await,
         Scenario::Actors { count } => actors(count, cli.json).await,
         Scenario::Confirmations {
             parked,
