@@ -75,7 +75,12 @@ impl ToolNameTable {
     }
 
     pub fn resolve(&self, name: &str) -> Option<&ToolRef> {
-        self.by_name.get(name).map(|&i| &self.entries[i].1)
+        self.index_of(name).map(|i| &self.entries[i].1)
+    }
+
+    /// Where `name` stands in the order the tools were given.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ToolRef)> {

@@ -193,7 +193,7 @@ impl ToolCallService {
                     continue;
                 }
             };
-            let Some(tool) = listing.tools.iter().find(|t| t.name == call.name) else {
+            let Some(tool) = listing.resolve(&call.name) else {
                 records.push(failed(
                     call,
                     arguments,
@@ -202,11 +202,7 @@ impl ToolCallService {
                 continue;
             };
             let spec = &tool.server.server.spec;
-            let (_, catalog) = self
-                .upstream
-                .tools(user, &tool.server.server.id.to_string())
-                .await?;
-            if let Err(problems) = catalog.validate(&tool.tool.name, &arguments) {
+            if let Err(problems) = tool.catalog.validate(&tool.tool.name, &arguments) {
                 records.push(failed(call, arguments, json!({"error": "The arguments do not match the tool's input schema.", "details": problems})));
                 continue;
             }

@@ -45,6 +45,8 @@ pub struct AssistantTool {
     pub name: String,
     pub server: Arc<ServerRuntime>,
     pub tool: rmcp::model::Tool,
+    /// The server's catalog, to check arguments without listing again.
+    pub catalog: Arc<ToolCatalog>,
 }
 
 /// A bound server whose tools could not be listed; the others are still offered.
@@ -54,9 +56,17 @@ pub struct UnavailableServer {
 }
 
 pub struct AssistantTools {
+    /// In the table's order.
     pub tools: Vec<AssistantTool>,
     pub table: ToolNameTable,
     pub unavailable: Vec<UnavailableServer>,
+}
+
+impl AssistantTools {
+    /// The tool a model-facing name stands for, through the name table.
+    pub fn resolve(&self, name: &str) -> Option<&AssistantTool> {
+        self.table.index_of(name).map(|i| &self.tools[i])
+    }
 }
 
 pub struct HealthReport {
@@ -287,7 +297,7 @@ impl UpstreamService {
                     let spec = &runtime.server.spec;
                     for tool in &catalog.tools {
                         if !spec.disabled_tools.iter().any(|t| *t == tool.name) {
-                            tools.push((runtime.clone(), tool.clone()));
+                            tools.push((runtime.clone(), tool.clone(), catalog.clone()));
                         }
                     }
                 }
@@ -296,7 +306,7 @@ impl UpstreamService {
                 Err(error) => unavailable.push(UnavailableServer { server_id, error }),
             }
         }
-        let table = ToolNameTable::build(tools.iter().map(|(runtime, tool)| ToolRef {
+        let table = ToolNameTable::build(tools.iter().map(|(runtime, tool, _)| ToolRef {
             server_id: runtime.server.id,
             server_name: runtime.server.spec.name.as_str().to_owned(),
             tool: tool.name.to_string(),
@@ -304,10 +314,11 @@ impl UpstreamService {
         let tools = table
             .iter()
             .zip(tools)
-            .map(|((name, _), (server, tool))| AssistantTool {
+            .map(|((name, _), (server, tool, catalog))| AssistantTool {
                 name: name.to_owned(),
                 server,
                 tool,
+                catalog,
             })
             .collect();
         Ok(AssistantTools {
