@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
-use super::error::ApiError;
+use super::error::{ApiError, error_summary};
 use super::extract::{Json, Path, Query};
 use crate::domain::AssistantId;
 use crate::error::Error;
@@ -70,8 +70,9 @@ async fn tools(
         .unavailable
         .into_iter()
         .map(|u| {
-            let api = ApiError::from(u.error);
-            json!({"serverId": u.server_id, "code": api.status_and_code().1, "message": api.to_string()})
+            let mut entry = error_summary(&u.error);
+            entry["serverId"] = json!(u.server_id);
+            entry
         })
         .collect();
     Ok(JsonResponse(json!({

@@ -102,6 +102,12 @@ fn domain_status(err: &Error) -> StatusCode {
     }
 }
 
+/// `{code, message}` of an error reported inside a successful answer (a failing server in
+/// a listing, an unhealthy health check).
+pub fn error_summary(err: &Error) -> serde_json::Value {
+    serde_json::json!({"code": err.code(), "message": err.to_string()})
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::UserContext;
 use super::connections::ConnectionView;
-use super::error::ApiError;
+use super::error::{ApiError, error_summary};
 use super::extract::{Json, Path};
 use crate::domain::tool_name::display_name;
 
@@ -199,11 +199,7 @@ async fn health(
     Path(id): Path<String>,
 ) -> Result<JsonResponse<Value>, ApiError> {
     let report = state.services.upstream.health(&ctx.user, &id).await?;
-    let error = report.error.map(|e| {
-        let api = ApiError::from(e);
-        let (_, code) = api.status_and_code();
-        json!({"code": code, "message": api.to_string()})
-    });
+    let error = report.error.as_ref().map(error_summary);
     Ok(JsonResponse(json!({
         "serverId": id,
         "status": if report.healthy { "healthy" } else { "unhealthy" },
