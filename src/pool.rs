@@ -85,7 +85,6 @@ impl ConnectionState {
 pub struct ConnectionStatus {
     pub state: ConnectionState,
     pub connected_at: Option<DateTime<Utc>>,
-    pub last_active_at: DateTime<Utc>,
     pub last_error: Option<String>,
     pub server_name: Option<String>,
     pub server_version: Option<String>,
@@ -181,14 +180,6 @@ impl Registry {
             .map(|(k, e)| (k.clone(), e.clone()))
             .collect()
     }
-
-    pub fn len(&self) -> usize {
-        self.entries.read().expect("registry lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A usable session handle, valid until the caller drops it.
@@ -204,6 +195,8 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub key: ConnectionKey,
+    /// Last lease taken, kept by the session slot.
+    pub last_active_at: DateTime<Utc>,
     pub server_name: String,
     pub transport: &'static str,
     pub status: ConnectionStatus,
@@ -403,10 +396,6 @@ impl Pool {
         all
     }
 
-    pub fn live_connections(&self) -> usize {
-        self.registry.len()
-    }
-
     /// Stops every connection and waits for their processes to be killed.
     pub async fn shutdown(&self) {
         let _ = self
@@ -417,12 +406,11 @@ impl Pool {
 }
 
 fn info(key: ConnectionKey, entry: &RegistryEntry) -> ConnectionInfo {
-    let mut status = entry.status.lock().expect("status lock").clone();
-    if let Some(last_used) = DateTime::from_timestamp_millis(entry.slot.last_used_ms()) {
-        status.last_active_at = status.last_active_at.max(last_used);
-    }
+    let status = entry.status.lock().expect("status lock").clone();
     ConnectionInfo {
         key,
+        last_active_at: DateTime::from_timestamp_millis(entry.slot.last_used_ms())
+            .unwrap_or_else(crate::domain::now),
         server_name: entry.runtime.server.spec.name.as_str().to_owned(),
         transport: entry.runtime.server.spec.transport.kind().as_str(),
         status,

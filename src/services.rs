@@ -15,7 +15,7 @@ pub use assistants::AssistantService;
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
-pub use tool_calls::{ModelToolCall, ToolCallService, limit_result};
+pub use tool_calls::{ModelToolCall, ToolCallService};
 pub use upstream::{
     AssistantTool, AssistantTools, ConnectReport, HealthReport, ToolCallReport, UnavailableServer,
     UpstreamService,

@@ -47,7 +47,7 @@ impl From<ConnectionInfo> for ConnectionView {
             transport: info.transport,
             state: status.state.as_str(),
             connected_at: status.connected_at,
-            last_active_at: status.last_active_at,
+            last_active_at: info.last_active_at,
             last_error: status.last_error,
             server_info: status
                 .server_name

@@ -57,7 +57,6 @@ impl SupervisorState {
         let status = Arc::new(Mutex::new(ConnectionStatus {
             state: ConnectionState::Disconnected,
             connected_at: None,
-            last_active_at: crate::domain::now(),
             last_error: None,
             server_name: None,
             server_version: None,
