@@ -5,6 +5,7 @@
 
 mod assistants;
 mod auth;
+mod chat;
 mod connections;
 mod error;
 mod events;
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(connections::routes())
         .merge(messages::routes())
         .merge(events::routes())
+        .merge(chat::routes())
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -5,6 +5,7 @@
 //! finally `DATABASE_URL` / `MCP_POOL_ADMIN_KEY`. Every limit the service enforces is a value
 //! here, not a constant in code.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use secrecy::SecretString;
@@ -29,6 +30,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub pool: PoolSettings,
     pub agent: AgentSettings,
+    pub llm: LlmSettings,
     pub confirmation: ConfirmationSettings,
     pub events: EventSettings,
     pub limits: LimitSettings,
@@ -78,6 +80,43 @@ pub struct PoolSettings {
 #[serde(deny_unknown_fields)]
 pub struct AgentSettings {
     pub max_tool_rounds: u32,
+    pub max_message_bytes: usize,
+    pub max_system_prompt_bytes: usize,
+    pub max_history_messages: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    pub request_timeout_secs: u64,
+    pub stream_idle_timeout_secs: u64,
+    pub max_retries: u32,
+    pub retry_base_delay_ms: u64,
+    pub max_retry_after_secs: u64,
+    pub max_tokens: u32,
+    pub providers: BTreeMap<String, ProviderSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    pub base_url: String,
+    /// The variable holding the key; empty sends none.
+    pub api_key_env: String,
+    /// Model names a request may use; empty allows any.
+    pub models: Vec<String>,
+    /// Models without function calling (prompt mode by default).
+    pub prompt_mode_models: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions.
+    Openai,
+    /// Anthropic messages.
+    Anthropic,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -188,7 +227,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 10] = [
+        let positive: [(&'static str, u64); 14] = [
             ("pool.connect_timeout_secs", self.pool.connect_timeout_secs),
             ("pool.idle_timeout_secs", self.pool.idle_timeout_secs),
             (
@@ -200,6 +239,16 @@ impl Settings {
                 self.pool.max_connections_per_user.into(),
             ),
             ("agent.max_tool_rounds", self.agent.max_tool_rounds.into()),
+            (
+                "agent.max_message_bytes",
+                self.agent.max_message_bytes as u64,
+            ),
+            ("llm.request_timeout_secs", self.llm.request_timeout_secs),
+            (
+                "llm.stream_idle_timeout_secs",
+                self.llm.stream_idle_timeout_secs,
+            ),
+            ("llm.max_tokens", self.llm.max_tokens.into()),
             ("confirmation.timeout_secs", self.confirmation.timeout_secs),
             ("events.heartbeat_secs", self.events.heartbeat_secs),
             (
@@ -225,6 +274,15 @@ impl Settings {
                     self.pool.max_call_timeout_secs
                 ),
             });
+        }
+        for (name, provider) in &self.llm.providers {
+            let parsed = url::Url::parse(&provider.base_url);
+            if !matches!(parsed.as_ref().map(|u| u.scheme()), Ok("http" | "https")) {
+                return Err(ConfigError::Invalid {
+                    key: "llm.providers.*.base_url",
+                    reason: format!("provider '{name}': not an http(s) URL"),
+                });
+            }
         }
         if self.server.host.trim().is_empty() {
             return Err(ConfigError::Invalid {

@@ -281,6 +281,24 @@ impl Confirmations {
         })
     }
 
+    /// Cancels the message's parked calls, if it has a live actor; returns how many.
+    pub async fn cancel_parked(&self, user: &UserId, message: Uuid, reason: &str) -> usize {
+        let Lookup::Mine(actor) = self.registry.lookup(user, message) else {
+            return 0;
+        };
+        let reason = reason.to_owned();
+        match actor
+            .call(
+                move |reply| ConfirmMsg::CancelParked { reason, reply },
+                Some(Duration::from_secs(30)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(count)) => count,
+            _ => 0,
+        }
+    }
+
     /// On start-up: records a previous process left open can never settle; say so.
     pub async fn settle_interrupted(store: &Store) -> Result<usize> {
         let messages = store.messages().with_open_calls().await?;

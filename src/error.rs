@@ -3,6 +3,7 @@
 //! Lower boundaries (store, later pool/mcp/llm) have their own enums and convert into this
 //! one; `api::error` decides the HTTP status for each variant, in exactly one place.
 
+use crate::llm::LlmError;
 use crate::mcp::McpError;
 use crate::pool::PoolError;
 use crate::store::StoreError;
@@ -84,6 +85,8 @@ pub enum Error {
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
@@ -102,6 +105,12 @@ impl Error {
             Error::InvalidArguments(problems) => Some(problems),
             _ => None,
         }
+    }
+
+    /// `{code, message}` of an error reported inside a successful answer or an event
+    /// stream (a failing server in a listing, a chat turn that failed mid-stream).
+    pub fn summary(&self) -> serde_json::Value {
+        serde_json::json!({"code": self.code(), "message": self.to_string()})
     }
 
     pub fn validation(message: impl Into<String>) -> Self {
@@ -134,6 +143,7 @@ impl Error {
                 PoolError::Stopped => "MCP_UNAVAILABLE",
                 PoolError::Internal(_) => "INTERNAL_ERROR",
             },
+            Error::Llm(llm) => llm.code(),
             Error::Store(StoreError::Unavailable(_)) => "DATABASE_UNAVAILABLE",
             Error::Store(_) | Error::Unexpected(_) => "INTERNAL_ERROR",
         }

@@ -3,17 +3,21 @@
 //! A tour of the layers, outside in (see ARCHITECTURE.md for the invariants):
 //! - [`api`]: axum routes, auth extractors, request/response shapes, the one error mapping.
 //! - [`services`]: domain logic and rules (limits, presets, URL policy, key handling).
+//! - [`agent`]: the chat loop (LLM rounds, tool calls, prompt mode) on top of services.
+//! - [`llm`]: the LLM providers' wire formats, streaming and retries.
 //! - [`domain`]: validated types (`UserId`, `ServerName`, `ServerSpec`, `PresetSpec`, ...).
 //! - [`store`]: sea-orm entities and repositories; the only module that touches the DB.
 //! - [`security`]: sealing secrets at rest, the outbound-URL guard, API key material.
 //! - [`config`], [`telemetry`], [`startup`]: settings, logging, and `Application`.
 
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod confirm;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod llm;
 pub mod mcp;
 pub mod pool;
 pub mod security;

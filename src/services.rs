@@ -15,7 +15,7 @@ pub use assistants::AssistantService;
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
-pub use tool_calls::{ModelToolCall, ToolCallService};
+pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
     AssistantTool, AssistantTools, ConnectReport, HealthReport, ToolCallReport, UnavailableServer,
     UpstreamService,
@@ -23,6 +23,7 @@ pub use upstream::{
 
 use std::sync::Arc;
 
+use crate::agent::ChatService;
 use crate::config::Settings;
 use crate::confirm::{ConfirmDeps, Confirmations};
 use crate::events::EventHub;
@@ -40,6 +41,7 @@ pub struct Services {
     pub keys: KeyService,
     pub upstream: UpstreamService,
     pub tool_calls: ToolCallService,
+    pub chat: ChatService,
     pub confirmations: Confirmations,
     pub events: Arc<EventHub>,
     pub pool: Pool,
@@ -66,7 +68,15 @@ impl Services {
             timeout: std::time::Duration::from_secs(settings.confirmation.timeout_secs),
         })
         .await?;
+        let chat = ChatService::new(
+            store.clone(),
+            settings.clone(),
+            upstream.clone(),
+            confirmations.clone(),
+            events.clone(),
+        );
         Ok(Self {
+            chat,
             servers: ServerService::new(store.clone(), settings.clone(), url_policy, pool.clone()),
             tool_calls: ToolCallService::new(
                 store.clone(),

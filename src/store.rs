@@ -25,7 +25,7 @@ mod servers;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
-pub use conversations::{ConversationRepo, Ownership};
+pub use conversations::{ConversationRepo, Ownership, StoredConversation};
 pub use messages::{AuditEntry, MessageRepo, StoredMessage};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;

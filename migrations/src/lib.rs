@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_initial_schema;
 mod m20261122_000002_message_open_calls;
+mod m20261123_000003_message_metadata;
 
 pub struct Migrator;
 
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_initial_schema::Migration),
             Box::new(m20261122_000002_message_open_calls::Migration),
+            Box::new(m20261123_000003_message_metadata::Migration),
         ]
     }
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
-use super::error::{ApiError, error_summary};
+use super::error::ApiError;
 use super::extract::{Json, Path, Query};
 use crate::domain::AssistantId;
 use crate::error::Error;
@@ -70,7 +70,7 @@ async fn tools(
         .unavailable
         .into_iter()
         .map(|u| {
-            let mut entry = error_summary(&u.error);
+            let mut entry = u.error.summary();
             entry["serverId"] = json!(u.server_id);
             entry
         })

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::llm::LlmError;
 use crate::mcp::McpError;
 use crate::pool::PoolError;
 use crate::store::StoreError;
@@ -97,15 +98,22 @@ fn domain_status(err: &Error) -> StatusCode {
             PoolError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
             PoolError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         },
+        Error::Llm(llm) => match llm {
+            LlmError::UnknownProvider(_) | LlmError::ModelNotAllowed { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            LlmError::MissingKey { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            LlmError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            LlmError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            LlmError::Auth { .. }
+            | LlmError::Status { .. }
+            | LlmError::Connect(_)
+            | LlmError::Stream(_)
+            | LlmError::BadResponse(_) => StatusCode::BAD_GATEWAY,
+        },
         Error::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Store(_) | Error::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
-}
-
-/// `{code, message}` of an error reported inside a successful answer (a failing server in
-/// a listing, an unhealthy health check).
-pub fn error_summary(err: &Error) -> serde_json::Value {
-    serde_json::json!({"code": err.code(), "message": err.to_string()})
 }
 
 impl IntoResponse for ApiError {
@@ -128,6 +136,10 @@ impl IntoResponse for ApiError {
             ApiError::Domain(Error::Pool(PoolError::Backoff { retry_in, .. })) => {
                 Some(retry_in.as_secs().max(1))
             }
+            ApiError::Domain(Error::Llm(LlmError::RateLimited {
+                retry_after: Some(wait),
+                ..
+            })) => Some(wait.as_secs().max(1)),
             _ => None,
         };
         let mut response = (

@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::UserContext;
 use super::connections::ConnectionView;
-use super::error::{ApiError, error_summary};
+use super::error::ApiError;
 use super::extract::{Json, Path};
 use crate::domain::tool_name::display_name;
+use crate::error::Error;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -199,7 +200,7 @@ async fn health(
     Path(id): Path<String>,
 ) -> Result<JsonResponse<Value>, ApiError> {
     let report = state.services.upstream.health(&ctx.user, &id).await?;
-    let error = report.error.as_ref().map(error_summary);
+    let error = report.error.as_ref().map(Error::summary);
     Ok(JsonResponse(json!({
         "serverId": id,
         "status": if report.healthy { "healthy" } else { "unhealthy" },

@@ -28,6 +28,11 @@ pub enum ConfirmMsg {
         call_id: String,
     },
     WaitSettled(RpcReplyPort<Vec<ToolCallRecord>>),
+    /// Cancels every parked call (its chat went away); running calls finish.
+    CancelParked {
+        reason: String,
+        reply: RpcReplyPort<usize>,
+    },
 }
 
 pub struct ActorArgs {
@@ -66,6 +71,7 @@ impl ActorState {
                 role: "assistant".into(),
                 content: String::new(),
                 tool_calls: self.records.clone(),
+                metadata: None,
                 created_at: now,
                 updated_at: now,
             })
@@ -303,6 +309,24 @@ impl Actor for ConfirmationActor {
                         )
                         .await?;
                 }
+            }
+            ConfirmMsg::CancelParked { reason, reply } => {
+                let parked: Vec<usize> = (0..state.records.len())
+                    .filter(|&i| state.records[i].status == ToolCallStatus::Pending)
+                    .collect();
+                let mut cancelled = 0;
+                for index in parked {
+                    state
+                        .settle(
+                            index,
+                            ToolCallStatus::Cancelled,
+                            Value::String(reason.clone()),
+                            true,
+                        )
+                        .await?;
+                    cancelled += 1;
+                }
+                let _ = reply.send(cancelled);
             }
             ConfirmMsg::WaitSettled(reply) => {
                 if state.open() {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::UpstreamService;
+use super::{AssistantTools, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, ExecOutcome, Executor, Waited};
 use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
@@ -107,6 +107,68 @@ fn failed(call: &ModelToolCall, arguments: Value, reason: Value) -> ToolCallReco
     }
 }
 
+/// The arguments as an object, or why they are not one.
+fn object_arguments(call: &ModelToolCall) -> std::result::Result<Value, Value> {
+    match &call.arguments {
+        Value::Null => Ok(json!({})),
+        Value::String(text) if text.trim().is_empty() => Ok(json!({})),
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(parsed @ Value::Object(_)) => Ok(parsed),
+            _ => Err(call.arguments.clone()),
+        },
+        object @ Value::Object(_) => Ok(object.clone()),
+        other => Err(other.clone()),
+    }
+}
+
+/// Resolves each call through the assistant's tools and checks its arguments: a record
+/// ready to run (auto-approved), to park (pending), or already failed with a reason the
+/// model can read.
+pub fn plan_calls(listing: &AssistantTools, calls: &[ModelToolCall]) -> Vec<ToolCallRecord> {
+    calls
+        .iter()
+        .map(|call| {
+            let arguments = match object_arguments(call) {
+                Ok(arguments) => arguments,
+                Err(raw) => {
+                    return failed(call, raw, json!("The arguments are not a JSON object."));
+                }
+            };
+            let Some(tool) = listing.resolve(&call.name) else {
+                return failed(
+                    call,
+                    arguments,
+                    json!(format!("Unknown or disabled tool '{}'.", call.name)),
+                );
+            };
+            if let Err(problems) = tool.catalog.validate(&tool.tool.name, &arguments) {
+                return failed(
+                    call,
+                    arguments,
+                    json!({"error": "The arguments do not match the tool's input schema.", "details": problems}),
+                );
+            }
+            let spec = &tool.server.server.spec;
+            let auto = spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name);
+            ToolCallRecord {
+                id: call.id.clone(),
+                server_id: Some(tool.server.server.id),
+                server_name: Some(spec.name.as_str().to_owned()),
+                tool_name: Some(tool.tool.name.to_string()),
+                display_name: call.name.clone(),
+                arguments,
+                status: if auto {
+                    ToolCallStatus::Invoking
+                } else {
+                    ToolCallStatus::Pending
+                },
+                response: Value::Null,
+                is_error: false,
+            }
+        })
+        .collect()
+}
+
 impl ToolCallService {
     pub fn new(
         store: Store,
@@ -168,61 +230,7 @@ impl ToolCallService {
             }
         }
         let listing = self.upstream.assistant_tools(user, assistant).await?;
-        let mut records = Vec::with_capacity(calls.len());
-        for call in &calls {
-            let arguments = match &call.arguments {
-                Value::Null => json!({}),
-                Value::String(text) => match serde_json::from_str::<Value>(text) {
-                    Ok(parsed @ Value::Object(_)) => parsed,
-                    _ => {
-                        records.push(failed(
-                            call,
-                            call.arguments.clone(),
-                            json!("The arguments are not a JSON object."),
-                        ));
-                        continue;
-                    }
-                },
-                object @ Value::Object(_) => object.clone(),
-                other => {
-                    records.push(failed(
-                        call,
-                        other.clone(),
-                        json!("The arguments are not a JSON object."),
-                    ));
-                    continue;
-                }
-            };
-            let Some(tool) = listing.resolve(&call.name) else {
-                records.push(failed(
-                    call,
-                    arguments,
-                    json!(format!("Unknown or disabled tool '{}'.", call.name)),
-                ));
-                continue;
-            };
-            let spec = &tool.server.server.spec;
-            if let Err(problems) = tool.catalog.validate(&tool.tool.name, &arguments) {
-                records.push(failed(call, arguments, json!({"error": "The arguments do not match the tool's input schema.", "details": problems})));
-                continue;
-            }
-            let auto = spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name);
-            records.push(ToolCallRecord {
-                id: call.id.clone(),
-                server_id: Some(tool.server.server.id),
-                server_name: Some(spec.name.as_str().to_owned()),
-                tool_name: Some(tool.tool.name.to_string()),
-                display_name: call.name.clone(),
-                arguments,
-                status: if auto {
-                    ToolCallStatus::Invoking
-                } else {
-                    ToolCallStatus::Pending
-                },
-                response: Value::Null,
-                is_error: false,
-            });
-        }
+        let records = plan_calls(&listing, &calls);
         self.confirmations
             .submit(user, message, conversation, records)
             .await

@@ -1,6 +1,6 @@
 //! The `conversations` table.
 
-use sea_orm::{ActiveValue::Set, DatabaseConnection, EntityTrait};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
 use super::StoreError;
@@ -19,6 +19,15 @@ pub enum Ownership {
     Missing,
 }
 
+#[derive(Debug, Clone)]
+pub struct StoredConversation {
+    pub id: Uuid,
+    pub assistant_id: Option<String>,
+    pub title: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
 impl ConversationRepo {
     pub(super) fn new(db: DatabaseConnection) -> Self {
         Self { db }
@@ -34,23 +43,65 @@ impl ConversationRepo {
         )
     }
 
+    pub async fn get(
+        &self,
+        user: &UserId,
+        id: Uuid,
+    ) -> Result<Option<StoredConversation>, StoreError> {
+        Ok(conversation::Entity::find_by_id(id)
+            .filter(conversation::Column::UserId.eq(user.as_str()))
+            .one(&self.db)
+            .await?
+            .map(|row| StoredConversation {
+                id: row.id,
+                assistant_id: row.assistant_id,
+                title: row.title,
+                created_at: row.created_at,
+                updated_at: row.updated_at,
+            }))
+    }
+
     pub async fn insert(
         &self,
         user: &UserId,
         id: Uuid,
         assistant: Option<&str>,
     ) -> Result<(), StoreError> {
+        self.insert_titled(user, id, assistant, None).await
+    }
+
+    pub async fn insert_titled(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        assistant: Option<&str>,
+        title: Option<String>,
+    ) -> Result<(), StoreError> {
         let now = crate::domain::now();
         conversation::Entity::insert(conversation::ActiveModel {
             id: Set(id),
             user_id: Set(user.as_str().to_owned()),
             assistant_id: Set(assistant.map(str::to_owned)),
-            title: Set(None),
+            title: Set(title),
             created_at: Set(now),
             updated_at: Set(now),
         })
         .exec_without_returning(&self.db)
         .await?;
+        Ok(())
+    }
+
+    /// Marks the conversation as just used.
+    pub async fn touch(&self, user: &UserId, id: Uuid) -> Result<(), StoreError> {
+        conversation::Entity::update_many()
+            .set(conversation::ActiveModel {
+                updated_at: Set(crate::domain::now()),
+                ..Default::default()
+            })
+            .filter(conversation::Column::Id.eq(id))
+            .filter(conversation::Column::UserId.eq(user.as_str()))
+            .exec(&self.db)
+            .await?;
         Ok(())
     }
 }

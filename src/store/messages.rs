@@ -1,6 +1,10 @@
 //! `messages` with their embedded ToolCallRecords, and the audit log of executed calls.
 
-use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::entities::{audit_entry, message};
@@ -15,6 +19,8 @@ pub struct StoredMessage {
     pub role: String,
     pub content: String,
     pub tool_calls: Vec<ToolCallRecord>,
+    /// Set by the agent loop on assistant messages (model, rounds, finish reason).
+    pub metadata: Option<Value>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -71,6 +77,7 @@ impl MessageRepo {
             content: Set(message.content.clone()),
             tool_calls: Set(serde_json::json!(message.tool_calls)),
             open_calls: Set(open_count(&message.tool_calls)),
+            metadata: Set(message.metadata.clone()),
             created_at: Set(message.created_at),
             updated_at: Set(message.updated_at),
         })
@@ -97,6 +104,47 @@ impl MessageRepo {
             .exec(&self.db)
             .await?;
         Ok(())
+    }
+
+    /// The text and notes of a message; its ToolCallRecords are left to their writer.
+    pub async fn save_content(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        content: &str,
+        metadata: &Value,
+    ) -> Result<(), StoreError> {
+        message::Entity::update_many()
+            .set(message::ActiveModel {
+                content: Set(content.to_owned()),
+                metadata: Set(Some(metadata.clone())),
+                updated_at: Set(crate::domain::now()),
+                ..Default::default()
+            })
+            .filter(message::Column::Id.eq(id))
+            .filter(message::Column::UserId.eq(user.as_str()))
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// The newest `limit` messages of a conversation, oldest first.
+    pub async fn in_conversation(
+        &self,
+        user: &UserId,
+        conversation: Uuid,
+        limit: u64,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut rows = message::Entity::find()
+            .filter(message::Column::ConversationId.eq(conversation))
+            .filter(message::Column::UserId.eq(user.as_str()))
+            .order_by_desc(message::Column::CreatedAt)
+            .order_by_desc(message::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        rows.reverse();
+        rows.into_iter().map(to_domain).collect()
     }
 
     /// Messages with calls a previous process left pending or invoking.
@@ -140,6 +188,7 @@ fn to_domain(row: message::Model) -> Result<StoredMessage, StoreError> {
         role: row.role,
         content: row.content,
         tool_calls: from_json("tool_calls", row.tool_calls)?,
+        metadata: row.metadata,
         created_at: row.created_at,
         updated_at: row.updated_at,
     })

@@ -3,11 +3,13 @@
 mod assistant_tools;
 mod assistants;
 mod auth;
+mod chat;
 mod cli;
 mod health;
 mod helpers;
 mod isolation;
 mod keys;
+mod llm_script;
 mod persistence;
 mod pool_faults;
 mod pool_transports;

@@ -15,6 +15,9 @@ pub struct Model {
     pub tool_calls: Json,
     /// Tool calls still pending or invoking.
     pub open_calls: i32,
+    /// The agent loop's notes on an assistant message: model, rounds, finish reason.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub metadata: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
