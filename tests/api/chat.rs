@@ -9,7 +9,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_pool_app_with};
-use crate::llm_script::{Reply, ScriptedLlm, anthropic_reply, openai_text, openai_tool_calls};
+use crate::llm_script::{
+    Reply, ScriptedLlm, anthropic_reply, openai_text, openai_text_events, openai_tool_calls,
+};
 use crate::upstreams::{eventually, fixture_preset};
 
 /// The fixture bound to assistant `a1` of user `u`; `echo` is auto-approved, `add` is not.
@@ -293,6 +295,7 @@ async fn parallel_calls_in_one_round_all_run() {
             ("call_a", "mcp__fx__echo", json!({"text": "first"})),
             ("call_b", "mcp__fx__echo", json!({"text": "second"})),
             ("call_c", "mcp__fx__nope", json!({})),
+            ("call_d", "mcp__fx__echo", json!({"text": 42})),
         ],
     ));
     llm.push(openai_text("ok"));
@@ -300,7 +303,7 @@ async fn parallel_calls_in_one_round_all_run() {
     let mut stream = ChatStream::open(&app, "u", chat_body("both")).await;
     let (_, done) = stream.finish().await;
     let calls = done["toolCalls"].as_array().unwrap();
-    assert_eq!(calls.len(), 3, "{done}");
+    assert_eq!(calls.len(), 4, "{done}");
     assert_eq!(calls[0]["response"][0]["text"], "first");
     assert_eq!(calls[1]["response"][0]["text"], "second");
     assert_eq!(calls[2]["status"], "error", "an unknown tool fails alone");
@@ -319,6 +322,35 @@ async fn parallel_calls_in_one_round_all_run() {
         results[2].1.contains("Unknown or disabled tool"),
         "{results:?}"
     );
+    assert_eq!(
+        calls[3]["status"], "error",
+        "arguments are checked before the call"
+    );
+    assert!(results[3].1.contains("input schema"), "{results:?}");
+}
+
+#[tokio::test]
+async fn a_provider_that_goes_silent_times_out_with_a_clear_error() {
+    let llm = ScriptedLlm::openai().await;
+    let app = chat_app(&llm, |s| s.llm.stream_idle_timeout_secs = 1).await;
+    let mut events = openai_text_events("Partial answ");
+    events.truncate(3);
+    llm.push(Reply::Stall(events));
+    let mut stream = ChatStream::open(&app, "u", chat_body("hello")).await;
+    let (name, failed) = stream.finish().await;
+    assert_eq!(name, "chat.error", "{failed}");
+    assert_eq!(failed["error"]["code"], "LLM_TIMEOUT");
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "nothing is retried once text was streamed"
+    );
+    assert_eq!(stream.text(), "Partial ", "the client saw what arrived");
+    let message = failed["messageId"].as_str().unwrap();
+    let stored = app
+        .user("u", Method::GET, &format!("/api/messages/{message}"), None)
+        .await;
+    assert_eq!(stored.body["role"], "assistant");
 }
 
 async fn confirm(app: &TestApp, message: &str, call: &str, approved: bool) {

@@ -28,6 +28,8 @@ pub enum Reply {
     Stream(Vec<String>),
     /// An error status with a JSON body and an optional Retry-After.
     Status(u16, Value, Option<u64>),
+    /// These events, then silence with the connection held open.
+    Stall(Vec<String>),
 }
 
 #[derive(Default)]
@@ -81,17 +83,25 @@ async fn answer(
             }
             response
         }
-        Some(Reply::Stream(events)) => {
-            let stream = futures::stream::iter(events).then(|event| async move {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                Ok::<_, Infallible>(Bytes::from(event))
-            });
-            Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(stream))
-                .unwrap()
-        }
+        Some(Reply::Stream(events)) => event_stream(events, false),
+        Some(Reply::Stall(events)) => event_stream(events, true),
     }
+}
+
+fn event_stream(events: Vec<String>, stall: bool) -> Response {
+    let stream = futures::stream::iter(events).then(|event| async move {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok::<_, Infallible>(Bytes::from(event))
+    });
+    let body = if stall {
+        Body::from_stream(stream.chain(futures::stream::pending()))
+    } else {
+        Body::from_stream(stream)
+    };
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap()
 }
 
 impl ScriptedLlm {
@@ -174,6 +184,14 @@ fn data(value: Value) -> String {
 fn pieces(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// The events of [`openai_text`].
+pub fn openai_text_events(text: &str) -> Vec<String> {
+    match openai_text(text) {
+        Reply::Stream(events) => events,
+        _ => unreachable!(),
+    }
 }
 
 /// OpenAI: a plain answer streamed in pieces.
