@@ -13,7 +13,9 @@ pub mod tool_name;
 pub use ids::{AssistantId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
-pub use server::{McpServer, RemoteEndpoint, ServerSpec, StdioLaunch, Transport, TransportKind};
+pub use server::{
+    EmbeddedKind, McpServer, RemoteEndpoint, ServerSpec, StdioLaunch, Transport, TransportKind,
+};
 pub use tool_call::{ToolCallRecord, ToolCallStatus};
 
 /// The current time at the precision every supported database stores (microseconds), so

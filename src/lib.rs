@@ -15,6 +15,7 @@ pub mod api;
 pub mod config;
 pub mod confirm;
 pub mod domain;
+pub mod embedded;
 pub mod error;
 pub mod events;
 pub mod llm;

@@ -48,6 +48,8 @@ pub struct ServerView {
     args: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     env: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    embedded: Option<&'static str>,
     timeout_secs: Option<u32>,
     disabled_tools: Vec<String>,
     auto_approve_tools: Vec<String>,
@@ -70,6 +72,7 @@ impl From<McpServer> for ServerView {
             command: None,
             args: None,
             env: None,
+            embedded: None,
             timeout_secs: spec.timeout_secs,
             disabled_tools: spec.disabled_tools,
             auto_approve_tools: spec.auto_approve_tools,
@@ -81,6 +84,7 @@ impl From<McpServer> for ServerView {
                 view.base_url = Some(endpoint.url.to_string());
                 view.headers = Some(endpoint.headers.masked());
             }
+            Transport::Embedded(kind) => view.embedded = Some(kind.as_str()),
             Transport::Stdio(launch) => {
                 view.env = Some(launch.env.masked());
                 view.preset = Some(launch.preset);

@@ -16,6 +16,34 @@ pub enum TransportKind {
     /// The legacy HTTP+SSE transport (2024-11-05 spec).
     Sse,
     StreamableHttp,
+    /// Tools that run inside the service.
+    Embedded,
+}
+
+/// The embedded servers this service carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EmbeddedKind {
+    Clock,
+    Calculator,
+}
+
+impl EmbeddedKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmbeddedKind::Clock => "clock",
+            EmbeddedKind::Calculator => "calculator",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        match raw {
+            "clock" => Ok(EmbeddedKind::Clock),
+            "calculator" => Ok(EmbeddedKind::Calculator),
+            other => Err(Error::validation(format!(
+                "embedded '{other}' is not one of clock, calculator"
+            ))),
+        }
+    }
 }
 
 impl TransportKind {
@@ -24,6 +52,7 @@ impl TransportKind {
             TransportKind::Stdio => "stdio",
             TransportKind::Sse => "sse",
             TransportKind::StreamableHttp => "streamableHttp",
+            TransportKind::Embedded => "embedded",
         }
     }
 
@@ -32,8 +61,9 @@ impl TransportKind {
             "stdio" => Ok(TransportKind::Stdio),
             "sse" => Ok(TransportKind::Sse),
             "streamableHttp" => Ok(TransportKind::StreamableHttp),
+            "embedded" => Ok(TransportKind::Embedded),
             other => Err(Error::validation(format!(
-                "type '{other}' is not one of stdio, sse, streamableHttp"
+                "type '{other}' is not one of stdio, sse, streamableHttp, embedded"
             ))),
         }
     }
@@ -49,7 +79,7 @@ impl TransportKind {
     }
 
     pub fn is_remote(self) -> bool {
-        self != TransportKind::Stdio
+        matches!(self, TransportKind::Sse | TransportKind::StreamableHttp)
     }
 }
 
@@ -77,6 +107,7 @@ pub enum Transport {
     Stdio(StdioLaunch),
     Sse(RemoteEndpoint),
     StreamableHttp(RemoteEndpoint),
+    Embedded(EmbeddedKind),
 }
 
 impl Transport {
@@ -85,13 +116,14 @@ impl Transport {
             Transport::Stdio(_) => TransportKind::Stdio,
             Transport::Sse(_) => TransportKind::Sse,
             Transport::StreamableHttp(_) => TransportKind::StreamableHttp,
+            Transport::Embedded(_) => TransportKind::Embedded,
         }
     }
 
     pub fn remote(&self) -> Option<&RemoteEndpoint> {
         match self {
             Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => Some(endpoint),
-            Transport::Stdio(_) => None,
+            Transport::Stdio(_) | Transport::Embedded(_) => None,
         }
     }
 

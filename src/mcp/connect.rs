@@ -41,6 +41,8 @@ pub enum UpstreamTransport {
         url: Url,
         headers: BTreeMap<String, String>,
     },
+    /// A server of this process, over an in-memory pipe.
+    Embedded(crate::domain::EmbeddedKind),
 }
 
 impl std::fmt::Debug for UpstreamTransport {
@@ -51,6 +53,7 @@ impl std::fmt::Debug for UpstreamTransport {
             }
             UpstreamTransport::StreamableHttp { url, .. } => write!(f, "streamableHttp({url})"),
             UpstreamTransport::Sse { url, .. } => write!(f, "sse({url})"),
+            UpstreamTransport::Embedded(kind) => write!(f, "embedded({})", kind.as_str()),
         }
     }
 }
@@ -154,6 +157,10 @@ pub async fn connect(
                     .await
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
+            UpstreamTransport::Embedded(kind) => handler
+                .serve(crate::embedded::start(*kind))
+                .await
+                .map_err(|e| McpError::Connect(e.to_string())),
         }
     };
     let service = tokio::time::timeout(spec.connect_timeout, attempt)

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::normalize_tool_list;
 use crate::config::Settings;
 use crate::domain::{
-    MASK, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch, Transport,
-    TransportKind, UserId,
+    EmbeddedKind, MASK, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch,
+    Transport, TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionKey, Pool};
@@ -40,6 +40,8 @@ pub struct ServerInput {
     pub env: Option<BTreeMap<String, String>>,
     pub disabled_tools: Option<Vec<String>>,
     pub auto_approve_tools: Option<Vec<String>>,
+    /// Which embedded server (`clock`, `calculator`) for type `embedded`.
+    pub embedded: Option<String>,
 }
 
 #[derive(Clone)]
@@ -49,6 +51,31 @@ pub struct ServerService {
     url_policy: Arc<UrlPolicy>,
     /// Changing or deleting a server stops its live connection.
     pool: Pool,
+}
+
+/// An embedded server: only its kind, nothing of the other transports.
+fn embedded_transport(input: &ServerInput, current: Option<&Transport>) -> Result<Transport> {
+    let foreign = [
+        ("baseUrl", input.base_url.is_some()),
+        ("headers", input.headers.is_some()),
+        ("preset", input.preset.is_some()),
+        ("presetArgs", input.preset_args.is_some()),
+        ("command", input.command.is_some()),
+        ("args", input.args.is_some()),
+        ("env", input.env.is_some()),
+    ];
+    if let Some((field, _)) = foreign.iter().find(|(_, given)| *given) {
+        return Err(Error::validation(format!(
+            "{field} does not apply to embedded servers"
+        )));
+    }
+    match (&input.embedded, current) {
+        (Some(raw), _) => Ok(Transport::Embedded(EmbeddedKind::parse(raw.trim())?)),
+        (None, Some(Transport::Embedded(kind))) => Ok(Transport::Embedded(*kind)),
+        (None, _) => Err(Error::validation(
+            "embedded is required for embedded servers (clock or calculator)",
+        )),
+    }
 }
 
 impl ServerService {
@@ -158,7 +185,9 @@ impl ServerService {
         let carried = current
             .map(|c| &c.transport)
             .filter(|t| t.kind().is_remote() == kind.is_remote());
-        let transport = if kind.is_remote() {
+        let transport = if kind == TransportKind::Embedded {
+            embedded_transport(&input, current.map(|c| &c.transport))?
+        } else if kind.is_remote() {
             self.remote_transport(kind, &input, carried).await?
         } else {
             self.stdio_transport(&input, carried.and_then(Transport::stdio))
@@ -211,6 +240,9 @@ impl ServerService {
         if let Some(raw) = &input.transport {
             return TransportKind::parse(raw);
         }
+        if input.embedded.is_some() {
+            return Ok(TransportKind::Embedded);
+        }
         if input.preset.is_some() || input.command.is_some() {
             return Ok(TransportKind::Stdio);
         }
@@ -239,6 +271,12 @@ impl ServerService {
             ("args", input.args.is_some()),
             ("env", input.env.is_some()),
         ];
+        if input.embedded.is_some() {
+            return Err(Error::validation(format!(
+                "embedded only applies to embedded servers, not {}",
+                kind.as_str()
+            )));
+        }
         if let Some((field, _)) = stdio_fields.iter().find(|(_, given)| *given) {
             return Err(Error::validation(format!(
                 "{field} only applies to stdio servers, not {}",
@@ -278,6 +316,11 @@ impl ServerService {
         if input.base_url.is_some() || input.headers.is_some() {
             return Err(Error::validation(
                 "baseUrl and headers only apply to sse and streamableHttp servers",
+            ));
+        }
+        if input.embedded.is_some() {
+            return Err(Error::validation(
+                "embedded only applies to embedded servers",
             ));
         }
         let preset_name = match (&input.preset, current) {

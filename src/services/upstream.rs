@@ -158,6 +158,7 @@ impl UpstreamService {
                 url: self.url_policy.check(endpoint.url.as_str()).await?,
                 headers: endpoint.headers.expose().clone(),
             },
+            Transport::Embedded(kind) => UpstreamTransport::Embedded(*kind),
         };
         let timeout_secs = server
             .spec

@@ -12,8 +12,8 @@ use uuid::Uuid;
 use super::entities::{assistant_server, mcp_server};
 use super::{StoreError, corrupt, from_json, open_map, seal_map};
 use crate::domain::{
-    McpServer, RemoteEndpoint, ServerName, ServerSpec, StdioLaunch, Transport, TransportKind,
-    UserId,
+    EmbeddedKind, McpServer, RemoteEndpoint, ServerName, ServerSpec, StdioLaunch, Transport,
+    TransportKind, UserId,
 };
 use crate::security::Cipher;
 
@@ -142,7 +142,11 @@ impl ServerRepo {
             preset_args: Set(serde_json::json!(
                 stdio.map(|s| s.preset_args.clone()).unwrap_or_default()
             )),
-            command: Set(stdio.map(|s| s.command.clone())),
+            // An embedded server's kind lives in `command`: it is the program, in-process.
+            command: Set(match &spec.transport {
+                Transport::Embedded(kind) => Some(kind.as_str().to_owned()),
+                _ => stdio.map(|s| s.command.clone()),
+            }),
             args: Set(serde_json::json!(
                 stdio.map(|s| s.args.clone()).unwrap_or_default()
             )),
@@ -164,6 +168,10 @@ impl ServerRepo {
                 command: row.command.unwrap_or_default(),
                 args: from_json("args", row.args)?,
             }),
+            TransportKind::Embedded => Transport::Embedded(
+                EmbeddedKind::parse(row.command.as_deref().unwrap_or_default())
+                    .map_err(|e| corrupt("command", e))?,
+            ),
             TransportKind::Sse | TransportKind::StreamableHttp => {
                 let raw = row.base_url.ok_or_else(|| corrupt("base_url", "missing"))?;
                 let endpoint = RemoteEndpoint {

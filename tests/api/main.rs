@@ -5,6 +5,7 @@ mod assistants;
 mod auth;
 mod chat;
 mod cli;
+mod embedded;
 mod health;
 mod helpers;
 mod isolation;
