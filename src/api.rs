@@ -10,6 +10,7 @@ mod connections;
 mod error;
 mod events;
 mod extract;
+mod gateway;
 mod health;
 mod keys;
 mod messages;
@@ -36,6 +37,8 @@ use crate::services::Services;
 pub struct AppState {
     pub services: Services,
     pub settings: Arc<Settings>,
+    /// Cancelled when the service stops: long-lived streams (gateway sessions) end.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -51,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(messages::routes())
         .merge(events::routes())
         .merge(chat::routes())
+        .merge(gateway::routes(&state))
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -37,6 +37,25 @@ pub struct Settings {
     pub security: SecuritySettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
+    pub gateway: GatewaySettings,
+    pub xiaozhi: XiaozhiSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySettings {
+    pub separator: String,
+    pub allowed_hosts: Vec<String>,
+    pub max_tokens_per_assistant: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XiaozhiSettings {
+    pub max_result_bytes: usize,
+    pub ping_interval_secs: u64,
+    pub reconnect_min_secs: u64,
+    pub reconnect_max_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -201,7 +220,8 @@ impl Settings {
                     .try_parsing(true)
                     .list_separator(",")
                     .with_list_parse_key("security.allowed_url_hosts")
-                    .with_list_parse_key("pool.inherited_env"),
+                    .with_list_parse_key("pool.inherited_env")
+                    .with_list_parse_key("gateway.allowed_hosts"),
             )
             .set_override_option("database.url", non_empty_env("DATABASE_URL"))?
             .set_override_option(
@@ -227,7 +247,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 14] = [
+        let positive: [(&'static str, u64); 17] = [
             ("pool.connect_timeout_secs", self.pool.connect_timeout_secs),
             ("pool.idle_timeout_secs", self.pool.idle_timeout_secs),
             (
@@ -249,6 +269,18 @@ impl Settings {
                 self.llm.stream_idle_timeout_secs,
             ),
             ("llm.max_tokens", self.llm.max_tokens.into()),
+            (
+                "xiaozhi.max_result_bytes",
+                self.xiaozhi.max_result_bytes as u64,
+            ),
+            (
+                "xiaozhi.ping_interval_secs",
+                self.xiaozhi.ping_interval_secs,
+            ),
+            (
+                "xiaozhi.reconnect_min_secs",
+                self.xiaozhi.reconnect_min_secs,
+            ),
             ("confirmation.timeout_secs", self.confirmation.timeout_secs),
             ("events.heartbeat_secs", self.events.heartbeat_secs),
             (
@@ -283,6 +315,19 @@ impl Settings {
                     reason: format!("provider '{name}': not an http(s) URL"),
                 });
             }
+        }
+        if self.gateway.separator.is_empty()
+            || self.gateway.separator.len() > 3
+            || !self
+                .gateway
+                .separator
+                .chars()
+                .all(|c| matches!(c, '.' | '_' | '-' | '/' | ':'))
+        {
+            return Err(ConfigError::Invalid {
+                key: "gateway.separator",
+                reason: "must be 1 to 3 of the characters . _ - / :".into(),
+            });
         }
         if self.server.host.trim().is_empty() {
             return Err(ConfigError::Invalid {

@@ -19,6 +19,11 @@ pub enum Resource {
     Message,
     ToolCall,
     Conversation,
+    GatewayToken,
+    /// An MCP resource (by URI).
+    Resource,
+    Prompt,
+    XiaozhiBridge,
 }
 
 impl Resource {
@@ -32,6 +37,10 @@ impl Resource {
             Resource::Message => "MESSAGE_NOT_FOUND",
             Resource::ToolCall => "TOOL_CALL_NOT_FOUND",
             Resource::Conversation => "CONVERSATION_NOT_FOUND",
+            Resource::GatewayToken => "GATEWAY_TOKEN_NOT_FOUND",
+            Resource::Resource => "RESOURCE_NOT_FOUND",
+            Resource::Prompt => "PROMPT_NOT_FOUND",
+            Resource::XiaozhiBridge => "XIAOZHI_BRIDGE_NOT_FOUND",
         }
     }
 
@@ -45,6 +54,10 @@ impl Resource {
             Resource::Message => "message",
             Resource::ToolCall => "tool call",
             Resource::Conversation => "conversation",
+            Resource::GatewayToken => "gateway token",
+            Resource::Resource => "resource",
+            Resource::Prompt => "prompt",
+            Resource::XiaozhiBridge => "Xiaozhi bridge",
         }
     }
 }

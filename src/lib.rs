@@ -18,6 +18,7 @@ pub mod domain;
 pub mod embedded;
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod llm;
 pub mod mcp;
 pub mod pool;

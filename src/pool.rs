@@ -349,6 +349,11 @@ impl Pool {
         }
     }
 
+    /// Keys of connections whose cached lists were just dropped.
+    pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+        self.catalogs.subscribe_changes()
+    }
+
     /// Forgets cached lists of one connection.
     pub async fn invalidate(&self, key: &ConnectionKey) {
         self.catalogs.invalidate(key).await;

@@ -5,6 +5,7 @@
 //! nor SQL.
 
 mod assistants;
+mod gateway;
 mod keys;
 mod presets;
 mod servers;
@@ -12,6 +13,7 @@ mod tool_calls;
 mod upstream;
 
 pub use assistants::AssistantService;
+pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
@@ -42,6 +44,7 @@ pub struct Services {
     pub upstream: UpstreamService,
     pub tool_calls: ToolCallService,
     pub chat: ChatService,
+    pub gateway: GatewayService,
     pub confirmations: Confirmations,
     pub events: Arc<EventHub>,
     pub pool: Pool,
@@ -75,8 +78,15 @@ impl Services {
             confirmations.clone(),
             events.clone(),
         );
+        let gateway = GatewayService::new(
+            store.clone(),
+            settings.clone(),
+            upstream.clone(),
+            confirmations.clone(),
+        );
         Ok(Self {
             chat,
+            gateway,
             servers: ServerService::new(store.clone(), settings.clone(), url_policy, pool.clone()),
             tool_calls: ToolCallService::new(
                 store.clone(),

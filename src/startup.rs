@@ -73,11 +73,16 @@ impl Application {
             .await
             .map_err(|source| StartupError::Bind { address, source })?;
         let port = listener.local_addr().map_err(StartupError::Serve)?.port();
+        let shutdown = CancellationToken::new();
         Ok(Self {
             listener,
             port,
-            state: AppState { services, settings },
-            shutdown: CancellationToken::new(),
+            state: AppState {
+                services,
+                settings,
+                shutdown: shutdown.clone(),
+            },
+            shutdown,
             generated_admin_key,
         })
     }

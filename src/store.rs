@@ -19,6 +19,7 @@ mod api_keys;
 mod assistants;
 mod conversations;
 pub mod entities;
+mod gateway;
 mod messages;
 mod presets;
 mod servers;
@@ -26,6 +27,7 @@ mod servers;
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};
+pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
 pub use messages::{AuditEntry, MessageRepo, StoredMessage};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
@@ -133,6 +135,10 @@ impl Store {
 
     pub fn messages(&self) -> MessageRepo {
         MessageRepo::new(self.db.clone())
+    }
+
+    pub fn gateway(&self) -> GatewayRepo {
+        GatewayRepo::new(self.db.clone(), self.cipher.clone())
     }
 
     pub fn api_keys(&self) -> ApiKeyRepo {

@@ -8,6 +8,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_initial_schema;
 mod m20261122_000002_message_open_calls;
 mod m20261123_000003_message_metadata;
+mod m20261123_000004_gateway;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_initial_schema::Migration),
             Box::new(m20261122_000002_message_open_calls::Migration),
             Box::new(m20261123_000003_message_metadata::Migration),
+            Box::new(m20261123_000004_gateway::Migration),
         ]
     }
 }

@@ -12,7 +12,7 @@ use super::error::ApiError;
 use crate::domain::UserId;
 use crate::error::Error;
 use crate::security::ApiKeyRole;
-use crate::services::Principal;
+use crate::services::{GatewayPrincipal, Principal};
 
 pub const USER_ID_HEADER: &str = "x-user-id";
 
@@ -26,12 +26,13 @@ pub struct UserContext {
 #[derive(Debug, Clone)]
 pub struct AdminContext;
 
-async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     let header = parts
         .headers
         .get(AUTHORIZATION)
-        .ok_or_else(|| Error::Unauthorized("missing Authorization: Bearer <API key>".into()))?;
-    let token = header
+        .ok_or_else(|| Error::Unauthorized("missing Authorization: Bearer <token>".into()))?;
+    Ok(header
         .to_str()
         .ok()
         .and_then(|value| {
@@ -40,8 +41,26 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
         })
         .filter(|token| !token.is_empty())
         .ok_or_else(|| {
-            Error::Unauthorized("the Authorization header must be 'Bearer <API key>'".into())
-        })?;
+            Error::Unauthorized("the Authorization header must be 'Bearer <token>'".into())
+        })?)
+}
+
+/// The principal of a gateway request: a gateway token of the assistant in the path.
+pub async fn gateway_principal(
+    parts: &Parts,
+    state: &AppState,
+    assistant: &str,
+) -> Result<GatewayPrincipal, ApiError> {
+    let principal = state.services.gateway.authenticate(bearer(parts)?).await?;
+    if principal.assistant.as_str() != assistant {
+        return Err(Error::Forbidden("this gateway token is for another assistant".into()).into());
+    }
+    tracing::Span::current().record("user", principal.user.as_str());
+    Ok(principal)
+}
+
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let token = bearer(parts)?;
     let principal = state.services.keys.authenticate(token).await?;
     // Logs say which key made each request; the key itself is never logged.
     tracing::Span::current().record("key_id", tracing::field::display(principal.key_id));

@@ -26,6 +26,12 @@ fn sanitize(part: &str) -> String {
         .collect()
 }
 
+/// A tool's name on the gateway (seed 002): `{namespace}{separator}{tool}`, the namespace
+/// being the server's name with anything but letters, digits, `_` and `-` made `_`.
+pub fn gateway_name(server: &str, separator: &str, tool: &str) -> String {
+    format!("{}{separator}{tool}", sanitize(server))
+}
+
 pub fn display_name(server: &str, tool: &str) -> String {
     let full = format!("mcp__{}__{}", sanitize(server), sanitize(tool));
     if full.len() <= MAX_TOOL_NAME {

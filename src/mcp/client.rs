@@ -273,6 +273,19 @@ impl McpClient {
         timeout: Duration,
         max_total: Duration,
     ) -> Result<CallOutcome, McpError> {
+        self.call_tool_reporting(name, arguments, timeout, max_total, None)
+            .await
+    }
+
+    /// [`Self::call_tool`], also passing each progress notification on as it arrives.
+    pub async fn call_tool_reporting(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+        max_total: Duration,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+    ) -> Result<CallOutcome, McpError> {
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -298,11 +311,17 @@ impl McpClient {
         let result = loop {
             tokio::select! {
                 result = &mut response => break result,
-                Some(update) = progress_stream.next() => progress.push(Progress {
-                    progress: update.progress,
-                    total: update.total,
-                    message: update.message,
-                }),
+                Some(update) = progress_stream.next() => {
+                    let update = Progress {
+                        progress: update.progress,
+                        total: update.total,
+                        message: update.message,
+                    };
+                    if let Some(live) = live {
+                        let _ = live.send(update.clone());
+                    }
+                    progress.push(update);
+                }
             }
         };
         guard.peer = None;

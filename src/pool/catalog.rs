@@ -78,6 +78,9 @@ pub struct Catalogs {
     tools: Cache<ConnectionKey, Arc<ToolCatalog>>,
     resources: Cache<ConnectionKey, Arc<ResourceCatalog>>,
     prompts: Cache<ConnectionKey, Arc<Vec<Prompt>>>,
+    /// Connections whose lists were dropped (list_changed, a config change, a refresh):
+    /// the gateway tells its clients to list again.
+    changes: tokio::sync::broadcast::Sender<ConnectionKey>,
 }
 
 fn flatten(error: Arc<PoolError>) -> PoolError {
@@ -99,7 +102,12 @@ impl Catalogs {
                 .time_to_live(ttl)
                 .max_capacity(100_000)
                 .build(),
+            changes: tokio::sync::broadcast::channel(1024).0,
         }
+    }
+
+    pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+        self.changes.subscribe()
     }
 
     pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
@@ -156,12 +164,14 @@ impl Catalogs {
 
     pub async fn invalidate_tools(&self, key: &ConnectionKey) {
         self.tools.invalidate(key).await;
+        let _ = self.changes.send(key.clone());
     }
 
     pub async fn invalidate(&self, key: &ConnectionKey) {
         self.tools.invalidate(key).await;
         self.resources.invalidate(key).await;
         self.prompts.invalidate(key).await;
+        let _ = self.changes.send(key.clone());
     }
 }
 

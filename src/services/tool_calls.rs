@@ -36,7 +36,7 @@ pub struct ToolCallService {
     confirmations: Confirmations,
 }
 
-/// Keeps a tool result within `max_bytes`, cutting text cleanly and saying so.
+/// Keeps a tool result within `max_bytes` of JSON, cutting text cleanly and saying so.
 pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Array(Vec::new()));
     let size = content.to_string().len();
@@ -50,14 +50,22 @@ pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
         .filter_map(|block| block.get("text").and_then(Value::as_str).map(str::to_owned))
         .collect::<Vec<_>>()
         .join("\n");
+    let marker = format!("\n[truncated: the result was {size} bytes, the limit is {max_bytes}]");
+    let shaped =
+        |cut: usize| json!([{"type": "text", "text": format!("{}{marker}", &text[..cut])}]);
+    // Escaping can make the JSON longer than the text: shrink until it fits.
     let mut cut = max_bytes.min(text.len());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
+    loop {
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let limited = shaped(cut);
+        if cut == 0 || limited.to_string().len() <= max_bytes {
+            return limited;
+        }
+        let excess = limited.to_string().len() - max_bytes;
+        cut = cut.saturating_sub(excess.max(1));
     }
-    json!([{
-        "type": "text",
-        "text": format!("{}\n[truncated: the result was {size} bytes, the limit is {max_bytes}]", &text[..cut]),
-    }])
 }
 
 /// Runs approved calls through the pool; every failure becomes a result the model can read.

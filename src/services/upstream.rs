@@ -235,6 +235,19 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
     ) -> Result<ToolCallReport> {
+        self.call_tool_reporting(user, server_id, tool, arguments, None)
+            .await
+    }
+
+    /// [`Self::call_tool`], passing progress notifications on as they arrive.
+    pub async fn call_tool_reporting(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        arguments: Value,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+    ) -> Result<ToolCallReport> {
         let started = Instant::now();
         let lease = self.lease(user, server_id).await?;
         let spec = &lease.runtime.server.spec;
@@ -263,7 +276,13 @@ impl UpstreamService {
         let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
         let outcome = lease
             .client
-            .call_tool(tool, Some(arguments), lease.runtime.call_timeout, max_total)
+            .call_tool_reporting(
+                tool,
+                Some(arguments),
+                lease.runtime.call_timeout,
+                max_total,
+                live,
+            )
             .await
             .inspect_err(|e| self.pool.report(&lease, e))?;
         Ok(ToolCallReport {
@@ -405,6 +424,11 @@ impl UpstreamService {
                 connection,
             }),
         }
+    }
+
+    /// Connections whose cached lists were just dropped.
+    pub fn pool_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+        self.pool.subscribe_changes()
     }
 
     pub fn connections(&self) -> Vec<ConnectionInfo> {

@@ -4,6 +4,8 @@ pub mod api_key;
 pub mod assistant_server;
 pub mod audit_entry;
 pub mod conversation;
+pub mod gateway_token;
 pub mod mcp_server;
 pub mod message;
 pub mod preset;
+pub mod xiaozhi_bridge;

@@ -6,6 +6,7 @@ mod auth;
 mod chat;
 mod cli;
 mod embedded;
+mod gateway;
 mod health;
 mod helpers;
 mod isolation;

@@ -1,0 +1,367 @@
+//! The gateway: an assistant's servers as one MCP endpoint, used by real MCP clients.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::{Method, StatusCode};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, spawn_pool_app};
+use crate::upstreams::{everything_preset, fixture_preset};
+
+/// User `u`, assistant `a1` bound to the stdio fixture `fx` (echo and crash auto-approved,
+/// add not) and server-everything `every` (echo auto-approved); returns a gateway token.
+pub async fn gateway_app() -> (TestApp, String) {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    app.create_preset_ok(everything_preset()).await;
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "crash", "progress"]}),
+        )
+        .await;
+    let every = app
+        .create_server_ok(
+            "u",
+            json!({"name": "every", "preset": "everything", "autoApproveTools": ["echo"]}),
+        )
+        .await;
+    app.user(
+        "u",
+        Method::PUT,
+        "/api/assistants/a1/mcp-servers",
+        Some(json!({"serverIds": [fx, every]})),
+    )
+    .await;
+    let created = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "desktop"})),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let token = created.body["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("mcpg_"));
+    assert_eq!(created.body["endpoint"], "/mcp/assistants/a1");
+    (app, token)
+}
+
+pub async fn connect(
+    app: &TestApp,
+    assistant: &str,
+    token: &str,
+) -> RunningService<rmcp::RoleClient, ()> {
+    let config = StreamableHttpClientTransportConfig::with_uri(format!(
+        "{}/mcp/assistants/{assistant}",
+        app.address
+    ))
+    .auth_header(token);
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the gateway accepts an MCP client")
+}
+
+fn call(name: &str, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = arguments.as_object().cloned();
+    params
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+#[tokio::test]
+async fn an_mcp_client_sees_namespaced_tools_of_both_upstreams_and_calls_them() {
+    let (app, token) = gateway_app().await;
+    let client = connect(&app, "a1", &token).await;
+    let info = client.peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "mcp-pool gateway");
+
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in ["fx.echo", "fx.add", "every.echo", "every.get-sum"] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let echo = client
+        .call_tool(call("fx.echo", json!({"text": "through the gateway"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&echo), "through the gateway");
+    let other = client
+        .call_tool(call("every.echo", json!({"message": "hi"})))
+        .await
+        .unwrap();
+    assert!(text(&other).contains("hi"), "{other:?}");
+
+    // Unknown tools and bad arguments are the client's mistakes.
+    let unknown = client
+        .call_tool(call("fx.nope", json!({})))
+        .await
+        .unwrap_err();
+    assert!(unknown.to_string().contains("fx.nope"), "{unknown}");
+    let invalid = client
+        .call_tool(call("fx.echo", json!({"text": 5})))
+        .await
+        .unwrap_err();
+    assert!(invalid.to_string().contains("input schema"), "{invalid}");
+
+    // Resources and prompts of the upstreams come through too.
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "fx.greet"), "{prompts:?}");
+    let resources = client.list_all_resources().await.unwrap();
+    let greeting = resources
+        .iter()
+        .find(|r| r.uri == "fixture://greeting")
+        .expect("fixture resource");
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            greeting.uri.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(!read.contents.is_empty());
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_that_needs_approval_waits_for_the_user() {
+    let (app, token) = gateway_app().await;
+    let events = app
+        .request(Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "u")
+        .send()
+        .await
+        .unwrap();
+    let mut events = sse_stream::SseStream::from_bytes_stream(events.bytes_stream());
+    let client = connect(&app, "a1", &token).await;
+    let peer = client.peer().clone();
+    let parked = tokio::spawn(async move {
+        peer.call_tool(call("fx.add", json!({"a": 1, "b": 2})))
+            .await
+    });
+
+    let pending = loop {
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+            .await
+            .expect("an event")
+            .unwrap()
+            .unwrap();
+        let Some(data) = event.data else { continue };
+        let data: Value = serde_json::from_str(&data).unwrap();
+        if data["toolCall"]["status"] == "pending" {
+            break data;
+        }
+    };
+    assert!(!parked.is_finished(), "the call waits for the decision");
+    let message = pending["messageId"].as_str().unwrap();
+    let approved = app
+        .user(
+            "u",
+            Method::POST,
+            &format!("/api/messages/{message}/tool-confirm"),
+            Some(json!({"toolCallId": pending["toolCall"]["id"], "approved": true})),
+        )
+        .await;
+    assert_eq!(approved.status, StatusCode::OK, "{}", approved.text);
+    let result = parked.await.unwrap().unwrap();
+    assert_eq!(text(&result), "3");
+    assert_ne!(result.is_error, Some(true));
+}
+
+#[tokio::test]
+async fn one_upstream_crashing_leaves_the_other_working() {
+    let (app, token) = gateway_app().await;
+    let client = connect(&app, "a1", &token).await;
+    let crashed = client.call_tool(call("fx.crash", json!({}))).await;
+    // The fixture exits mid-call: a tool error the model can read, not a broken session.
+    let crashed = crashed.expect("the gateway answers even when an upstream dies");
+    assert_eq!(crashed.is_error, Some(true), "{crashed:?}");
+    let other = client
+        .call_tool(call("every.echo", json!({"message": "still here"})))
+        .await
+        .unwrap();
+    assert!(text(&other).contains("still here"));
+    // The crashed server comes back on next use.
+    let again = client
+        .call_tool(call("fx.echo", json!({"text": "back"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&again), "back");
+}
+
+/// A client that records the notifications it gets.
+#[derive(Clone, Default)]
+struct Recorder {
+    progress: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    list_changes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.list_changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn progress_is_relayed_and_list_changes_are_announced() {
+    let (app, token) = gateway_app().await;
+    let recorder = Recorder::default();
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token);
+    let client = recorder
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let progress = tools
+        .iter()
+        .find(|t| t.name == "fx.progress")
+        .expect("fx.progress");
+    assert!(progress.input_schema.contains_key("properties"));
+    let result = client
+        .call_tool(call("fx.progress", json!({"steps": 3, "delayMs": 10})))
+        .await
+        .unwrap();
+    assert!(text(&result).contains("3 steps"), "{result:?}");
+    assert_eq!(
+        *recorder.progress.lock().unwrap(),
+        vec!["step 1", "step 2", "step 3"],
+        "each upstream progress notification reached the client"
+    );
+    // An admin refresh drops the caches; the gateway tells the client to list again, and
+    // the list still holds every tool.
+    let servers = app.user("u", Method::GET, "/api/mcp-servers", None).await;
+    let fx = servers.body["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "fx")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refreshed = app
+        .admin(
+            Method::POST,
+            &format!("/admin/connections/u/{fx}/refresh"),
+            None,
+        )
+        .await;
+    assert_eq!(refreshed.status, StatusCode::OK, "{}", refreshed.text);
+    crate::upstreams::eventually("the client is told to list again", || async {
+        recorder
+            .list_changes
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+    })
+    .await;
+    assert_eq!(client.list_all_tools().await.unwrap().len(), tools.len());
+}
+
+#[tokio::test]
+async fn the_gateway_refuses_requests_without_the_assistants_token() {
+    let (app, token) = gateway_app().await;
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}},
+    });
+    let post = |path: &str, bearer: Option<&str>| {
+        let mut request = app
+            .request(Method::POST, path)
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        request
+    };
+    let none = app.send_raw(post("/mcp/assistants/a1", None)).await;
+    assert_eq!(
+        (none.status, none.code()),
+        (StatusCode::UNAUTHORIZED, "UNAUTHORIZED")
+    );
+    let wrong = app
+        .send_raw(post("/mcp/assistants/a1", Some("mcpg_not-a-token")))
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let service_key = app
+        .send_raw(post("/mcp/assistants/a1", Some(&app.service_key.clone())))
+        .await;
+    assert_eq!(
+        service_key.status,
+        StatusCode::UNAUTHORIZED,
+        "API keys are not gateway tokens"
+    );
+    let other = app.send_raw(post("/mcp/assistants/a2", Some(&token))).await;
+    assert_eq!(
+        (other.status, other.code()),
+        (StatusCode::FORBIDDEN, "FORBIDDEN")
+    );
+
+    // Listed without the secret; deleted tokens stop working at once.
+    let listed = app
+        .user("u", Method::GET, "/api/assistants/a1/gateway-tokens", None)
+        .await;
+    let tokens = listed.body["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 1);
+    assert!(tokens[0].get("token").is_none());
+    assert!(token.starts_with(tokens[0]["prefix"].as_str().unwrap()));
+    let id = tokens[0]["id"].as_str().unwrap();
+    let gone = app
+        .user(
+            "v",
+            Method::DELETE,
+            &format!("/api/assistants/a1/gateway-tokens/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        gone.code(),
+        "GATEWAY_TOKEN_NOT_FOUND",
+        "another user cannot delete it"
+    );
+    let deleted = app
+        .user(
+            "u",
+            Method::DELETE,
+            &format!("/api/assistants/a1/gateway-tokens/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    let revoked = app.send_raw(post("/mcp/assistants/a1", Some(&token))).await;
+    assert_eq!(revoked.status, StatusCode::UNAUTHORIZED);
+}
