@@ -365,3 +365,43 @@ async fn the_gateway_refuses_requests_without_the_assistants_token() {
     let revoked = app.send_raw(post("/mcp/assistants/a1", Some(&token))).await;
     assert_eq!(revoked.status, StatusCode::UNAUTHORIZED);
 }
+
+/// The reference Python SDK's interpreter, installed by .ci/run into tests/clients/.venv.
+fn python_sdk() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+    let python = root.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python MCP SDK is not installed: run `python3 -m venv tests/clients/.venv && \
+         tests/clients/.venv/bin/pip install -r tests/clients/requirements.txt` (or .ci/run)"
+    );
+    python
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
+    let (app, token) = gateway_app().await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/gateway_client.py");
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python_sdk())
+            .arg(script)
+            .arg(format!("{}/mcp/assistants/a1", app.address))
+            .arg(&token)
+            .output(),
+    )
+    .await
+    .expect("the Python client finishes within 60 s")
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["server"], "mcp-pool gateway");
+    let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(tools.contains(&"fx.echo") && tools.contains(&"every.get-sum"), "{tools:?}");
+    assert_eq!(seen["echo"], "from python");
+    assert!(seen["other"].as_str().unwrap().contains("python says hi"), "{seen}");
+}
