@@ -8,6 +8,8 @@
 //! call, and a list_changed (or config change) of any of the user's connections tells the
 //! client to list again.
 
+pub mod xiaozhi;
+
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};

@@ -29,6 +29,7 @@ use crate::agent::ChatService;
 use crate::config::Settings;
 use crate::confirm::{ConfirmDeps, Confirmations};
 use crate::events::EventHub;
+use crate::gateway::xiaozhi::XiaozhiBridges;
 use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::Store;
@@ -45,6 +46,7 @@ pub struct Services {
     pub tool_calls: ToolCallService,
     pub chat: ChatService,
     pub gateway: GatewayService,
+    pub xiaozhi: XiaozhiBridges,
     pub confirmations: Confirmations,
     pub events: Arc<EventHub>,
     pub pool: Pool,
@@ -84,9 +86,16 @@ impl Services {
             upstream.clone(),
             confirmations.clone(),
         );
+        let xiaozhi = XiaozhiBridges::new(
+            gateway.clone(),
+            store.clone(),
+            settings.clone(),
+            url_policy.clone(),
+        );
         Ok(Self {
             chat,
             gateway,
+            xiaozhi,
             servers: ServerService::new(store.clone(), settings.clone(), url_policy, pool.clone()),
             tool_calls: ToolCallService::new(
                 store.clone(),

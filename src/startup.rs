@@ -108,6 +108,12 @@ impl Application {
         let store = self.state.services.store.clone();
         let pool = self.state.services.pool.clone();
         let confirmations = self.state.services.confirmations.clone();
+        let bridges = self.state.services.xiaozhi.clone();
+        match bridges.start_all().await {
+            Ok(0) => {}
+            Ok(started) => tracing::info!(started, "Xiaozhi bridges started"),
+            Err(error) => tracing::error!(%error, "could not start the Xiaozhi bridges"),
+        }
         let shutdown = self.shutdown.clone();
         let on_signal = self.shutdown.clone();
         tokio::spawn(async move {
@@ -129,6 +135,7 @@ impl Application {
                 tracing::warn!(?grace, "requests still running after the grace period; closing them");
             }
         }
+        bridges.shutdown();
         // Parked calls stay pending in storage and are settled on the next start.
         confirmations.shutdown().await;
         // Every connection actor closes its session; stdio children are killed and reaped.

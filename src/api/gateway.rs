@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use super::auth::AdminContext;
+use crate::gateway::xiaozhi::{BridgeStatus, redacted};
+use crate::store::XiaozhiBridge;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -54,6 +57,11 @@ pub fn routes(state: &AppState) -> Router<AppState> {
             "/api/assistants/{id}/gateway-tokens/{token}",
             delete(delete_token),
         )
+        .route(
+            "/api/assistants/{id}/xiaozhi",
+            get(read_bridge).put(put_bridge).delete(delete_bridge),
+        )
+        .route("/admin/xiaozhi", get(bridge_statuses))
 }
 
 /// Lets a request through to the MCP service only with a token of the assistant in the
@@ -134,4 +142,70 @@ async fn delete_token(
         .delete_token(&ctx.user, &assistant, &token)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBridge {
+    /// `wss://…?token=…`, as the voice platform gives it.
+    endpoint: String,
+    enabled: Option<bool>,
+}
+
+fn bridge_view(bridge: &XiaozhiBridge, status: &BridgeStatus) -> Value {
+    json!({
+        "assistantId": bridge.assistant_id.as_str(),
+        "endpoint": redacted(&bridge.endpoint),
+        "enabled": bridge.enabled,
+        "status": status,
+        "createdAt": bridge.created_at,
+        "updatedAt": bridge.updated_at,
+    })
+}
+
+async fn put_bridge(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(body): Json<PutBridge>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let bridges = &state.services.xiaozhi;
+    bridges
+        .put(
+            &ctx.user,
+            &assistant,
+            &body.endpoint,
+            body.enabled.unwrap_or(true),
+        )
+        .await?;
+    let (bridge, status) = bridges.get(&ctx.user, &assistant).await?;
+    Ok(JsonResponse(bridge_view(&bridge, &status)))
+}
+
+async fn read_bridge(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let (bridge, status) = state.services.xiaozhi.get(&ctx.user, &assistant).await?;
+    Ok(JsonResponse(bridge_view(&bridge, &status)))
+}
+
+async fn delete_bridge(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    state.services.xiaozhi.delete(&ctx.user, &assistant).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn bridge_statuses(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+) -> JsonResponse<Value> {
+    JsonResponse(json!({"bridges": state.services.xiaozhi.statuses()}))
 }

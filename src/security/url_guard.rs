@@ -107,14 +107,27 @@ impl UrlPolicy {
 
     /// Parses a user-supplied URL and applies the policy; the error says what was refused.
     pub async fn check(&self, raw: &str) -> Result<Url, Error> {
+        self.check_field(raw, "baseUrl", &["http", "https"]).await
+    }
+
+    /// [`Self::check`] for another field and other schemes (e.g. a WebSocket endpoint).
+    pub async fn check_field(
+        &self,
+        raw: &str,
+        field: &str,
+        schemes: &[&str],
+    ) -> Result<Url, Error> {
         let url = Url::parse(raw.trim())
-            .map_err(|e| Error::validation(format!("baseUrl is not a valid URL: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::validation("baseUrl must use http or https"));
+            .map_err(|e| Error::validation(format!("{field} is not a valid URL: {e}")))?;
+        if !schemes.contains(&url.scheme()) {
+            return Err(Error::validation(format!(
+                "{field} must use {}",
+                schemes.join(" or ")
+            )));
         }
         let host = url
             .host()
-            .ok_or_else(|| Error::validation("baseUrl must have a host"))?;
+            .ok_or_else(|| Error::validation(format!("{field} must have a host")))?;
         let host_text = match &host {
             Host::Domain(d) => d.trim_end_matches('.').to_ascii_lowercase(),
             Host::Ipv4(ip) => ip.to_string(),
@@ -125,7 +138,7 @@ impl UrlPolicy {
         }
         let refuse = |class: AddressClass| {
             Err(Error::UrlNotAllowed(format!(
-                "baseUrl host '{host_text}' is {}, which this service does not allow",
+                "{field} host '{host_text}' is {}, which this service does not allow",
                 class.describe()
             )))
         };

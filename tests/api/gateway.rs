@@ -381,7 +381,8 @@ fn python_sdk() -> std::path::PathBuf {
 #[tokio::test]
 async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
     let (app, token) = gateway_app().await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/gateway_client.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/gateway_client.py");
     let output = tokio::time::timeout(
         Duration::from_secs(60),
         tokio::process::Command::new(python_sdk())
@@ -400,8 +401,19 @@ async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
     );
     let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(seen["server"], "mcp-pool gateway");
-    let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert!(tools.contains(&"fx.echo") && tools.contains(&"every.get-sum"), "{tools:?}");
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"fx.echo") && tools.contains(&"every.get-sum"),
+        "{tools:?}"
+    );
     assert_eq!(seen["echo"], "from python");
-    assert!(seen["other"].as_str().unwrap().contains("python says hi"), "{seen}");
+    assert!(
+        seen["other"].as_str().unwrap().contains("python says hi"),
+        "{seen}"
+    );
 }

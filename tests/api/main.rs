@@ -21,3 +21,4 @@ mod servers;
 mod tool_calls;
 mod upstreams;
 mod validation;
+mod xiaozhi;
