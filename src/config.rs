@@ -39,6 +39,15 @@ pub struct Settings {
     pub log: LogSettings,
     pub gateway: GatewaySettings,
     pub xiaozhi: XiaozhiSettings,
+    pub global_servers: GlobalServersSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalServersSettings {
+    /// Empty: none.
+    pub file: String,
+    pub poll_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

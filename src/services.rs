@@ -6,6 +6,7 @@
 
 mod assistants;
 mod gateway;
+pub mod global_servers;
 mod keys;
 mod presets;
 mod servers;
@@ -14,6 +15,7 @@ mod upstream;
 
 pub use assistants::AssistantService;
 pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
+pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{KeyService, Principal};
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{ServerInput, ServerService};
@@ -65,6 +67,7 @@ impl Services {
             settings.clone(),
             url_policy.clone(),
             pool.clone(),
+            Arc::new(GlobalServers::default()),
         );
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),

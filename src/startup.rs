@@ -109,6 +109,17 @@ impl Application {
         let pool = self.state.services.pool.clone();
         let confirmations = self.state.services.confirmations.clone();
         let bridges = self.state.services.xiaozhi.clone();
+        let globals = &self.state.settings.global_servers;
+        if !globals.file.trim().is_empty() {
+            crate::services::GlobalServersReloader::new(
+                self.state.services.upstream.globals().clone(),
+                pool.clone(),
+                globals.file.trim().into(),
+                Duration::from_secs(globals.poll_secs.max(1)),
+            )
+            .start(self.shutdown.child_token())
+            .await;
+        }
         match bridges.start_all().await {
             Ok(0) => {}
             Ok(started) => tracing::info!(started, "Xiaozhi bridges started"),

@@ -62,6 +62,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
             get(read_bridge).put(put_bridge).delete(delete_bridge),
         )
         .route("/admin/xiaozhi", get(bridge_statuses))
+        .route("/admin/global-servers", get(global_servers))
 }
 
 /// Lets a request through to the MCP service only with a token of the assistant in the
@@ -208,4 +209,11 @@ async fn bridge_statuses(
     _admin: AdminContext,
 ) -> JsonResponse<Value> {
     JsonResponse(json!({"bridges": state.services.xiaozhi.statuses()}))
+}
+
+async fn global_servers(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+) -> JsonResponse<crate::services::global_servers::GlobalStatus> {
+    JsonResponse(state.services.upstream.globals().status())
 }

@@ -39,6 +39,12 @@ impl UserId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The owner of admin-defined global servers: `*` is not allowed in user ids, so no
+    /// request can name it.
+    pub fn global() -> Self {
+        Self("*global".into())
+    }
 }
 
 impl fmt::Display for UserId {

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::global_servers::GlobalServers;
 use crate::config::Settings;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
 use crate::domain::{AssistantId, McpServer, Transport, UserId};
@@ -84,6 +85,8 @@ pub struct UpstreamService {
     pool: Pool,
     /// One HTTP client for every remote connection.
     http: reqwest::Client,
+    /// Admin-defined servers every assistant is offered.
+    globals: Arc<GlobalServers>,
 }
 
 impl UpstreamService {
@@ -92,6 +95,7 @@ impl UpstreamService {
         settings: Arc<Settings>,
         url_policy: Arc<UrlPolicy>,
         pool: Pool,
+        globals: Arc<GlobalServers>,
     ) -> Self {
         let http = crate::mcp::http_client(Duration::from_secs(settings.pool.connect_timeout_secs));
         Self {
@@ -100,12 +104,30 @@ impl UpstreamService {
             url_policy,
             pool,
             http,
+            globals,
         }
+    }
+
+    pub fn globals(&self) -> &Arc<GlobalServers> {
+        &self.globals
     }
 
     async fn lease(&self, user: &UserId, server_id: &str) -> Result<Lease> {
         let id = Uuid::parse_str(server_id)
             .map_err(|_| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
+        if let Some(server) = self.globals.get(id) {
+            // One shared connection for everyone.
+            let key = ConnectionKey {
+                user: UserId::global(),
+                server: id,
+            };
+            return self
+                .pool
+                .lease(&key, || async {
+                    Ok::<_, Error>(Arc::new(self.runtime(server).await?))
+                })
+                .await;
+        }
         let key = ConnectionKey {
             user: user.clone(),
             server: id,
@@ -128,7 +150,24 @@ impl UpstreamService {
         }
         let pool = &self.settings.pool;
         let mut preset_timeout = None;
+        // Global servers are the admin's own definitions: no preset, no URL policy.
+        let global = server.user_id == UserId::global();
         let transport = match &server.spec.transport {
+            Transport::Stdio(launch) if global => UpstreamTransport::Stdio {
+                command: launch.command.clone(),
+                args: launch.args.clone(),
+                env: launch.env.expose().clone(),
+                inherited_env: self.inherited_env(),
+                working_dir: self.working_dir(&server),
+            },
+            Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) if global => UpstreamTransport::StreamableHttp {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
             Transport::Stdio(launch) => {
                 let preset = self
                     .store
@@ -298,11 +337,12 @@ impl UpstreamService {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<AssistantTools> {
-        let bound = self
+        let mut bound = self
             .store
             .assistants()
             .bound_servers(user, assistant)
             .await?;
+        bound.extend(self.globals.ids());
         let listings = futures::future::join_all(
             bound
                 .iter()

@@ -7,6 +7,7 @@ mod chat;
 mod cli;
 mod embedded;
 mod gateway;
+mod global_servers;
 mod health;
 mod helpers;
 mod isolation;
