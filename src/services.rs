@@ -62,12 +62,14 @@ impl Services {
     ) -> crate::error::Result<Self> {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
         let events = Arc::new(EventHub::new(settings.events.replay_buffer));
+        let bindings = assistants::BindingCache::new(store.clone());
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),
             url_policy.clone(),
             pool.clone(),
             Arc::new(GlobalServers::default()),
+            bindings.clone(),
         );
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),
@@ -99,7 +101,13 @@ impl Services {
             chat,
             gateway,
             xiaozhi,
-            servers: ServerService::new(store.clone(), settings.clone(), url_policy, pool.clone()),
+            servers: ServerService::new(
+                store.clone(),
+                settings.clone(),
+                url_policy,
+                pool.clone(),
+                bindings.clone(),
+            ),
             tool_calls: ToolCallService::new(
                 store.clone(),
                 settings.clone(),
@@ -110,7 +118,7 @@ impl Services {
             confirmations,
             events,
             pool,
-            assistants: AssistantService::new(store.clone(), settings.clone()),
+            assistants: AssistantService::new(store.clone(), settings.clone(), bindings.clone()),
             presets: PresetService::new(store.clone(), settings.clone()),
             keys: KeyService::new(store.clone(), &settings),
             store,

@@ -2,6 +2,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
 
 use uuid::Uuid;
 
@@ -10,15 +13,71 @@ use crate::domain::{AssistantId, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::Store;
 
+/// Bound server ids by (user, assistant): every chat round, gateway call and tool-calls
+/// request needs them, and they change rarely. Changes made on this instance apply at
+/// once; other instances see them within [`BINDINGS_TTL`].
+#[derive(Clone)]
+pub struct BindingCache {
+    store: Store,
+    cache: Cache<(UserId, AssistantId), Arc<Vec<Uuid>>>,
+}
+
+pub const BINDINGS_TTL: Duration = Duration::from_secs(5);
+
+impl BindingCache {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            cache: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(BINDINGS_TTL)
+                .build(),
+        }
+    }
+
+    pub async fn get(&self, user: &UserId, assistant: &AssistantId) -> Result<Arc<Vec<Uuid>>> {
+        self.cache
+            .try_get_with((user.clone(), assistant.clone()), async {
+                let ids = self
+                    .store
+                    .assistants()
+                    .bound_servers(user, assistant)
+                    .await?;
+                Ok::<_, Error>(Arc::new(ids))
+            })
+            .await
+            .map_err(|e| match Arc::try_unwrap(e) {
+                Ok(error) => error,
+                Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
+            })
+    }
+
+    pub async fn forget(&self, user: &UserId, assistant: &AssistantId) {
+        self.cache
+            .invalidate(&(user.clone(), assistant.clone()))
+            .await;
+    }
+
+    /// After a server was deleted (it is unbound from every assistant).
+    pub fn forget_all(&self) {
+        self.cache.invalidate_all();
+    }
+}
+
 #[derive(Clone)]
 pub struct AssistantService {
     store: Store,
     settings: Arc<Settings>,
+    bindings: BindingCache,
 }
 
 impl AssistantService {
-    pub fn new(store: Store, settings: Arc<Settings>) -> Self {
-        Self { store, settings }
+    pub fn new(store: Store, settings: Arc<Settings>, bindings: BindingCache) -> Self {
+        Self {
+            store,
+            settings,
+            bindings,
+        }
     }
 
     pub async fn bound_servers(&self, user: &UserId, assistant: &AssistantId) -> Result<Vec<Uuid>> {
@@ -59,6 +118,7 @@ impl AssistantService {
             .assistants()
             .replace(user, assistant, &ids)
             .await?;
+        self.bindings.forget(user, assistant).await;
         Ok(ids)
     }
 }

@@ -51,6 +51,8 @@ pub struct ServerService {
     url_policy: Arc<UrlPolicy>,
     /// Changing or deleting a server stops its live connection.
     pool: Pool,
+    /// Deleting a server unbinds it everywhere.
+    bindings: super::assistants::BindingCache,
 }
 
 /// An embedded server: only its kind, nothing of the other transports.
@@ -84,12 +86,14 @@ impl ServerService {
         settings: Arc<Settings>,
         url_policy: Arc<UrlPolicy>,
         pool: Pool,
+        bindings: super::assistants::BindingCache,
     ) -> Self {
         Self {
             store,
             settings,
             url_policy,
             pool,
+            bindings,
         }
     }
 
@@ -159,6 +163,7 @@ impl ServerService {
         if !self.store.servers().delete(user, uuid).await? {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
+        self.bindings.forget_all();
         self.pool
             .stop(&ConnectionKey {
                 user: user.clone(),

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
@@ -87,6 +88,7 @@ pub struct UpstreamService {
     http: reqwest::Client,
     /// Admin-defined servers every assistant is offered.
     globals: Arc<GlobalServers>,
+    bindings: BindingCache,
 }
 
 impl UpstreamService {
@@ -96,6 +98,7 @@ impl UpstreamService {
         url_policy: Arc<UrlPolicy>,
         pool: Pool,
         globals: Arc<GlobalServers>,
+        bindings: BindingCache,
     ) -> Self {
         let http = crate::mcp::http_client(Duration::from_secs(settings.pool.connect_timeout_secs));
         Self {
@@ -105,6 +108,7 @@ impl UpstreamService {
             pool,
             http,
             globals,
+            bindings,
         }
     }
 
@@ -337,11 +341,7 @@ impl UpstreamService {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<AssistantTools> {
-        let mut bound = self
-            .store
-            .assistants()
-            .bound_servers(user, assistant)
-            .await?;
+        let mut bound = (*self.bindings.get(user, assistant).await?).clone();
         bound.extend(self.globals.ids());
         let listings = futures::future::join_all(
             bound
