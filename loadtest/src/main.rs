@@ -239,6 +239,43 @@ impl Service {
         Ok(body)
     }
 
+    /// Binds `server` to an assistant of its own, makes a gateway token and connects an
+    /// rmcp client to `/mcp/assistants/{id}`.
+    async fn gateway_client(
+        &self,
+        assistant: &str,
+        server: &str,
+    ) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+        self.client
+            .put(format!(
+                "{}/api/assistants/{assistant}/mcp-servers",
+                self.base
+            ))
+            .bearer_auth(&self.key)
+            .header("X-User-Id", "bench")
+            .json(&json!({"serverIds": [server]}))
+            .send()
+            .await?
+            .error_for_status()?;
+        let created = self
+            .post(
+                &format!("/api/assistants/{assistant}/gateway-tokens"),
+                "bench",
+                json!({"name": "loadtest"}),
+            )
+            .await?;
+        let token = created["token"].as_str().context("gateway token")?;
+        let config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                format!("{}/mcp/assistants/{assistant}", self.base),
+            )
+            .auth_header(token);
+        Ok(
+            ().serve(StreamableHttpClientTransport::from_config(config))
+                .await?,
+        )
+    }
+
     async fn create_server(&self, user: &str, body: Value) -> Result<String> {
         let created = self.post("/api/mcp-servers", user, body).await?;
         Ok(created["id"].as_str().context("server id")?.to_owned())
@@ -326,11 +363,18 @@ async fn call_overhead(
             ),
         };
         let server_body = match transport {
-            "stdio" => json!({"name": "fx-stdio", "preset": "fixture"}),
-            _ => json!({"name": "fx-http", "baseUrl": format!("{http_base}/mcp")}),
+            "stdio" => {
+                json!({"name": "fx-stdio", "preset": "fixture", "autoApproveTools": ["echo"]})
+            }
+            _ => {
+                json!({"name": "fx-http", "baseUrl": format!("{http_base}/mcp"), "autoApproveTools": ["echo"]})
+            }
         };
+        let server_name = server_body["name"].as_str().unwrap_or_default().to_owned();
         let server = service.create_server("bench", server_body).await?;
         let path = Arc::new(format!("/api/mcp-servers/{server}/tools/echo/call"));
+        let gateway = Arc::new(service.gateway_client(transport, &server).await?);
+        let gateway_tool = Arc::new(format!("{server_name}.echo"));
         for &concurrency in &levels {
             let peer = direct.clone();
             let direct_summary = measure(calls, concurrency, move || {
@@ -364,7 +408,25 @@ async fn call_overhead(
                 }
             })
             .await?;
-            rows.push((transport, concurrency, direct_summary, pool_summary, floor));
+            let (peer, tool) = (gateway.clone(), gateway_tool.clone());
+            let gateway_summary = measure(calls, concurrency, move || {
+                let (peer, tool) = (peer.clone(), tool.clone());
+                async move {
+                    let mut params = echo_params();
+                    params.name = tool.to_string().into();
+                    peer.call_tool(params).await?;
+                    Ok(())
+                }
+            })
+            .await?;
+            rows.push((
+                transport,
+                concurrency,
+                direct_summary,
+                pool_summary,
+                floor,
+                gateway_summary,
+            ));
         }
     }
     service.stop().await?;
@@ -372,8 +434,11 @@ async fn call_overhead(
     if as_json {
         let json_rows: Vec<Value> = rows
             .iter()
-            .map(|(t, c, d, p, f)| {
+            .map(|(t, c, d, p, f, g)| {
                 json!({
+                    "gateway": {"p50_us": g.p50, "p90_us": g.p90, "p99_us": g.p99, "calls_per_s": g.throughput},
+                    "gateway_added_p50_us": g.p50 - d.p50,
+                    "gateway_ratio_p50": g.p50 / d.p50,
                     "transport": t, "concurrency": c, "calls": d.calls,
                     "http_floor": {"p50_us": f.p50, "p99_us": f.p99},
                     "direct": {"p50_us": d.p50, "p90_us": d.p90, "p99_us": d.p99, "calls_per_s": d.throughput},
@@ -386,10 +451,10 @@ async fn call_overhead(
         println!("{}", serde_json::to_string_pretty(&json_rows)?);
     } else {
         println!(
-            "call-overhead: `echo` on the fixture, direct rmcp client vs the pool's HTTP call route"
+            "call-overhead: `echo` on the fixture, direct rmcp client vs the pool's HTTP call route vs the gateway (rmcp client on /mcp/assistants/{{id}})"
         );
         println!(
-            "{:<15} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>10} {:>6} | {:>11}",
+            "{:<15} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>10} {:>6} | {:>11} | {:>9} {:>9} {:>9} {:>10} {:>6}",
             "transport",
             "conc",
             "dir p50",
@@ -402,11 +467,16 @@ async fn call_overhead(
             "pool c/s",
             "added p50",
             "ratio",
-            "healthz p50"
+            "healthz p50",
+            "gw p50",
+            "gw p99",
+            "gw c/s",
+            "gw added",
+            "ratio"
         );
-        for (t, c, d, p, f) in &rows {
+        for (t, c, d, p, f, g) in &rows {
             println!(
-                "{:<15} {:>5} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>8.0}us {:>6.2} | {:>9.0}us",
+                "{:<15} {:>5} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>7.0}us {:>7.0}us {:>7.0}us {:>9.0} | {:>8.0}us {:>6.2} | {:>9.0}us | {:>7.0}us {:>7.0}us {:>9.0} {:>8.0}us {:>6.2}",
                 t,
                 c,
                 d.p50,
@@ -419,7 +489,12 @@ async fn call_overhead(
                 p.throughput,
                 p.p50 - d.p50,
                 p.p50 / d.p50,
-                f.p50
+                f.p50,
+                g.p50,
+                g.p99,
+                g.throughput,
+                g.p50 - d.p50,
+                g.p50 / d.p50
             );
         }
     }
