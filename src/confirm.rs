@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use ractor::{Actor, ActorRef, ActorStatus};
+use ractor::{Actor, ActorRef};
 use serde_json::Value;
 use uuid::Uuid;
 
 use actor::ConfirmMsg;
 use supervisor::{ConfirmationSupervisor, SupervisorArgs, SupervisorMsg};
 
+use crate::actors::is_alive;
 use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
@@ -70,7 +71,7 @@ impl Registry {
     fn lookup(&self, user: &UserId, message: Uuid) -> Lookup {
         let actors = self.actors.lock().expect("registry lock");
         match actors.get(&message) {
-            Some((_, actor)) if actor.get_status() != ActorStatus::Running => Lookup::Absent,
+            Some((_, actor)) if !is_alive(actor) => Lookup::Absent,
             Some((owner, actor)) if owner == user => Lookup::Mine(actor.clone()),
             Some(_) => Lookup::Others,
             None => Lookup::Absent,

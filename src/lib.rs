@@ -10,6 +10,7 @@
 //! - [`security`]: sealing secrets at rest, the outbound-URL guard, API key material.
 //! - [`config`], [`telemetry`], [`startup`]: settings, logging, and `Application`.
 
+mod actors;
 pub mod agent;
 pub mod api;
 pub mod config;

@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ractor::{Actor, ActorRef, ActorStatus};
+use ractor::{Actor, ActorRef};
 use uuid::Uuid;
 
 pub use catalog::{Catalogs, ResourceCatalog, ToolCatalog};
 use connection::ConnectionMsg;
 use supervisor::{PoolSupervisor, SupervisorArgs, SupervisorMsg};
 
+use crate::actors::is_alive;
 use crate::config::PoolSettings;
 use crate::domain::{McpServer, UserId};
 use crate::mcp::{McpClient, McpError, UpstreamSpec};
@@ -262,7 +263,7 @@ impl Pool {
         }
         for _ in 0..3 {
             let actor = match self.registry.get(key) {
-                Some(entry) if entry.actor.get_status() == ActorStatus::Running => entry.actor,
+                Some(entry) if is_alive(&entry.actor) => entry.actor,
                 _ => {
                     let runtime = match (&loaded, load.take()) {
                         (Some(runtime), _) => runtime.clone(),

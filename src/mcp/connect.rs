@@ -114,6 +114,7 @@ pub async fn connect(
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
+                tracing::info!(upstream = %spec.label, pid = transport.id(), "stdio server started");
                 if let Some(stderr) = stderr {
                     let label = spec.label.clone();
                     tokio::spawn(async move {

@@ -245,6 +245,8 @@ impl Actor for ConnectionActor {
                         state.phase = Phase::Connected {
                             client: client.clone(),
                         };
+                        // From now on callers lease from the slot, without a message.
+                        state.slot.set(Some((client.clone(), state.generation)));
                         state.set_status(ConnectionState::Connected, None);
                         tracing::info!(user = %state.key.user, server = %state.key.server, upstream = ?state.runtime.upstream.transport, "MCP connection established");
                         for waiter in waiters {

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::{
-    Actor, ActorId, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent,
-};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use super::connection::{ConnectionActor, ConnectionArgs, ConnectionMsg};
 use super::{
@@ -142,7 +140,7 @@ impl Actor for PoolSupervisor {
             } => {
                 // Messages are handled one at a time: whoever asked first created it.
                 if let Some(entry) = state.registry.get(&key)
-                    && entry.actor.get_status() == ActorStatus::Running
+                    && crate::actors::is_alive(&entry.actor)
                 {
                     let _ = reply.send(Ok(entry.actor));
                     return Ok(());

@@ -470,3 +470,33 @@ async fn shutting_down_kills_every_child() {
         assert!(!process_exists(pid), "process {pid} outlived the service");
     }
 }
+
+#[tokio::test]
+async fn first_calls_racing_share_one_process() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    for user in ["a", "b", "c", "d"] {
+        let server = app
+            .create_server_ok(user, json!({"name": "fx", "preset": "fixture"}))
+            .await;
+        // The first calls arrive together, before any connection exists.
+        let pids = futures::future::join_all((0..12).map(|_| app.fixture_pid(user, &server))).await;
+        assert!(
+            pids.iter().all(|pid| *pid == pids[0]),
+            "{user}: one server ran as several processes: {pids:?}"
+        );
+        let closed = app
+            .admin(
+                Method::DELETE,
+                &format!("/admin/connections/{user}/{server}"),
+                None,
+            )
+            .await;
+        assert_eq!(closed.status, StatusCode::NO_CONTENT, "{}", closed.text);
+        let pid = pids[0];
+        eventually("the closed connection's process is gone", || async move {
+            !process_exists(pid)
+        })
+        .await;
+    }
+}
