@@ -1,0 +1,32 @@
+# syntax=docker/dockerfile:1
+# Multi-stage: compile with the Rust toolchain, ship a slim Debian with what stdio MCP
+# servers usually need (node/npx, python/uvx). Build: docker build -t mcp-pool .
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+# BuildKit caches keep the registry and the target directory between builds.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin mcp-pool \
+    && cp target/release/mcp-pool /usr/local/bin/mcp-pool
+
+FROM debian:bookworm-slim
+# tini as PID 1: grandchildren of stdio servers (npx, uvx spawn their own) that outlive
+# their parent are re-parented to PID 1 and must be reaped by someone.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates tini nodejs npm python3 python3-pip \
+    && pip3 install --no-cache-dir --break-system-packages uv \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 mcp \
+    && mkdir -p /data && chown mcp /data
+COPY --from=build /usr/local/bin/mcp-pool /usr/local/bin/mcp-pool
+USER mcp
+WORKDIR /home/mcp
+ENV MCP_POOL__SERVER__HOST=0.0.0.0 \
+    MCP_POOL__STORAGE__DATA_DIR=/data
+VOLUME /data
+EXPOSE 8080
+# Probes: GET /healthz (alive), GET /readyz (database reachable); metrics at /metrics.
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/mcp-pool"]
+CMD ["serve"]
