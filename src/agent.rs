@@ -220,6 +220,7 @@ impl ChatService {
         let model = self
             .llm
             .model(&input.provider, &input.model, input.tool_mode)?;
+        self.upstream.rate_limits().chat_turn(user)?;
 
         let conversations = self.store.conversations();
         let conversation = input.conversation.unwrap_or_else(Uuid::now_v7);

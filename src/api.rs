@@ -14,6 +14,7 @@ mod gateway;
 mod health;
 mod keys;
 mod messages;
+mod metrics;
 mod presets;
 mod servers;
 mod upstream;
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.server.max_body_bytes;
     Router::new()
         .merge(health::routes())
+        .merge(metrics::routes())
         .merge(servers::routes())
         .merge(assistants::routes())
         .merge(presets::routes())
@@ -57,6 +59,10 @@ pub fn router(state: AppState) -> Router {
         .merge(gateway::routes(&state))
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::record,
+        ))
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(

@@ -174,6 +174,10 @@ pub struct LimitSettings {
     pub max_tool_calls_per_request: usize,
     /// A tool result larger than this is truncated (with a marker) before it is stored.
     pub max_result_bytes: usize,
+    /// Per user; 0 means unlimited.
+    pub tool_calls_per_minute: u32,
+    /// Per user; 0 means unlimited.
+    pub chats_per_minute: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -49,9 +49,15 @@ pub struct ConfirmDeps {
     pub events: Arc<EventHub>,
     pub executor: Executor,
     pub timeout: Duration,
+    /// Calls parked for approval across all actors (each reports its own changes).
+    pub parked: Arc<std::sync::atomic::AtomicI64>,
 }
 
 pub const TOOL_CALL_EVENT: &str = "assistant.toolCall.updated";
+
+/// The response of a call still parked when the service stops.
+pub const STOPPED_BEFORE_APPROVAL: &str =
+    "cancelled: the service stopped before this call was approved";
 
 /// Live confirmation actors by message, with the user each belongs to.
 #[derive(Default)]
@@ -138,6 +144,11 @@ impl Confirmations {
         self.registry.len()
     }
 
+    /// Tool calls waiting for the user's approval right now.
+    pub fn parked_calls(&self) -> i64 {
+        self.deps.parked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     async fn actor(
         &self,
         user: &UserId,
@@ -206,10 +217,12 @@ impl Confirmations {
         conversation: Option<Uuid>,
         calls: Vec<ToolCallRecord>,
     ) -> Result<Vec<ToolCallRecord>> {
+        let span = tracing::Span::current();
         self.ask(user, message, true, move |reply| ConfirmMsg::Submit {
             conversation,
             calls: calls.clone(),
             reply,
+            span: span.clone(),
         })
         .await
     }
@@ -223,10 +236,12 @@ impl Confirmations {
     ) -> Result<ToolCallRecord> {
         let ask = {
             let call_id = call_id.to_owned();
+            let span = tracing::Span::current();
             move |reply| ConfirmMsg::Confirm {
                 call_id: call_id.clone(),
                 approved,
                 reply,
+                span: span.clone(),
             }
         };
         // The live actor knows its records: no database read on the hot path.
@@ -328,7 +343,38 @@ impl Confirmations {
         Ok(settled)
     }
 
+    /// Settles every parked call (stored and announced, so no client waits on it), then
+    /// stops the actors. Calls already running are settled by the next start.
     pub async fn shutdown(&self) {
+        let actors: Vec<ActorRef<ConfirmMsg>> = self
+            .registry
+            .actors
+            .lock()
+            .expect("registry lock")
+            .values()
+            .map(|(_, actor)| actor.clone())
+            .collect();
+        let cancelled = futures::future::join_all(actors.into_iter().map(|actor| async move {
+            match actor
+                .call(
+                    |reply| ConfirmMsg::CancelParked {
+                        reason: STOPPED_BEFORE_APPROVAL.into(),
+                        reply,
+                    },
+                    Some(Duration::from_secs(5)),
+                )
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(count)) => count,
+                _ => 0,
+            }
+        }))
+        .await
+        .into_iter()
+        .sum::<usize>();
+        if cancelled > 0 {
+            tracing::info!(cancelled, "parked tool calls cancelled by the shutdown");
+        }
         let _ = self
             .supervisor
             .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))

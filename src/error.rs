@@ -95,6 +95,13 @@ pub enum Error {
     /// The tool call was already approved, rejected or timed out.
     #[error("tool call '{0}' is already settled")]
     AlreadySettled(String),
+    /// A per-user rate limit (`limits.*_per_minute`).
+    #[error("too many {what}: at most {per_minute} per minute; try again in {}s", wait_secs(*retry_after))]
+    RateLimited {
+        what: &'static str,
+        per_minute: u32,
+        retry_after: std::time::Duration,
+    },
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
@@ -145,6 +152,7 @@ impl Error {
             Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
             Error::ServerInactive => "SERVER_INACTIVE",
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
+            Error::RateLimited { .. } => "RATE_LIMITED",
             Error::Pool(pool) => match pool {
                 PoolError::Upstream(McpError::Timeout(_)) => "MCP_TIMEOUT",
                 PoolError::Upstream(McpError::Connect(_) | McpError::Transport(_))
@@ -164,3 +172,9 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A wait in whole seconds, rounded up and at least 1: a client that waits this long is
+/// let through. The message and `Retry-After` both say this number.
+pub fn wait_secs(wait: std::time::Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}

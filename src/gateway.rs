@@ -136,20 +136,29 @@ impl ServerHandler for GatewayHandler {
             &cancel,
             self.max_result_bytes,
         );
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                result = &mut call => break result,
-                Some(update) = progress.recv() => {
-                    if let Some(token) = &token {
-                        let mut param = ProgressNotificationParam::new(token.clone(), update.progress);
-                        param.total = update.total;
-                        param.message = update.message;
-                        let _ = context.peer.notify_progress(param).await;
-                    }
+        let relay = |update: crate::mcp::Progress| {
+            let (peer, token) = (context.peer.clone(), token.clone());
+            async move {
+                if let Some(token) = token {
+                    let mut param = ProgressNotificationParam::new(token, update.progress);
+                    param.total = update.total;
+                    param.message = update.message;
+                    let _ = peer.notify_progress(param).await;
                 }
             }
         };
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(update) = progress.recv() => relay(update).await,
+                result = &mut call => break result,
+            }
+        };
+        // Progress the upstream sent before its result goes out before the result too.
+        while let Ok(update) = progress.try_recv() {
+            relay(update).await;
+        }
         match result {
             Ok(result) => Ok(result.into()),
             Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => {

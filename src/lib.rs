@@ -22,6 +22,7 @@ pub mod events;
 pub mod gateway;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod pool;
 pub mod security;
 pub mod services;

@@ -8,6 +8,12 @@ use mcp_pool::security::ApiKeyRole;
 use mcp_pool::services::Services;
 use mcp_pool::{Application, Settings, startup, store, telemetry};
 
+/// Long-running, connection-churning service: jemalloc returns reaped sessions' memory
+/// where glibc malloc fragments (BENCHMARKS.md, `actors`).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "mcp-pool",
@@ -102,7 +108,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             action: KeysCommand::Create { role, name },
         } => {
             let store = startup::open_store(&settings).await?;
-            let pool = mcp_pool::pool::Pool::start(settings.pool.clone()).await?;
+            let pool =
+                mcp_pool::pool::Pool::start(settings.pool.clone(), Default::default()).await?;
             let services = Services::new(store.clone(), settings.into(), pool.clone()).await?;
             let role = match role {
                 Role::Service => ApiKeyRole::Service,

@@ -25,8 +25,9 @@ use supervisor::{PoolSupervisor, SupervisorArgs, SupervisorMsg};
 
 use crate::actors::is_alive;
 use crate::config::PoolSettings;
-use crate::domain::{McpServer, UserId};
+use crate::domain::{McpServer, TransportKind, UserId};
 use crate::mcp::{McpClient, McpError, UpstreamSpec};
+use crate::metrics::Metrics;
 
 /// Failures of the pool itself, or of the upstream seen through it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -203,21 +204,66 @@ pub struct ConnectionInfo {
     pub status: ConnectionStatus,
 }
 
+/// Live connections counted by state and by transport, for `/admin/stats` and `/metrics`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConnectionCensus {
+    pub total: usize,
+    pub disconnected: usize,
+    pub connecting: usize,
+    pub connected: usize,
+    pub error: usize,
+    /// Connections running a local child process.
+    pub stdio: usize,
+}
+
+impl ConnectionCensus {
+    pub fn of(connections: &[ConnectionInfo]) -> Self {
+        let mut census = Self {
+            total: connections.len(),
+            ..Self::default()
+        };
+        for connection in connections {
+            *match connection.status.state {
+                ConnectionState::Disconnected => &mut census.disconnected,
+                ConnectionState::Connecting => &mut census.connecting,
+                ConnectionState::Connected => &mut census.connected,
+                ConnectionState::Error => &mut census.error,
+            } += 1;
+            if connection.transport == TransportKind::Stdio.as_str() {
+                census.stdio += 1;
+            }
+        }
+        census
+    }
+
+    /// Each state with its count.
+    pub fn by_state(&self) -> [(ConnectionState, usize); 4] {
+        [
+            (ConnectionState::Disconnected, self.disconnected),
+            (ConnectionState::Connecting, self.connecting),
+            (ConnectionState::Connected, self.connected),
+            (ConnectionState::Error, self.error),
+        ]
+    }
+}
+
 #[derive(Clone)]
 pub struct Pool {
     supervisor: ActorRef<SupervisorMsg>,
     registry: Arc<Registry>,
     catalogs: Arc<Catalogs>,
     settings: Arc<PoolSettings>,
+    metrics: Arc<Metrics>,
 }
 
 impl Pool {
-    pub async fn start(settings: PoolSettings) -> Result<Self, PoolError> {
+    pub async fn start(settings: PoolSettings, metrics: Arc<Metrics>) -> Result<Self, PoolError> {
         let settings = Arc::new(settings);
         let registry = Arc::new(Registry::default());
-        let catalogs = Arc::new(Catalogs::new(Duration::from_secs(
-            settings.tool_cache_ttl_secs,
-        )));
+        let catalogs = Arc::new(Catalogs::new(
+            Duration::from_secs(settings.tool_cache_ttl_secs),
+            metrics.clone(),
+        ));
         let (supervisor, _) = Actor::spawn(
             None,
             PoolSupervisor,
@@ -225,6 +271,7 @@ impl Pool {
                 registry: registry.clone(),
                 catalogs: catalogs.clone(),
                 settings: settings.clone(),
+                metrics: metrics.clone(),
             },
         )
         .await
@@ -234,6 +281,7 @@ impl Pool {
             registry,
             catalogs,
             settings,
+            metrics,
         })
     }
 
@@ -278,7 +326,13 @@ impl Pool {
                 }
             };
             match actor
-                .call(ConnectionMsg::Acquire, Some(acquire_timeout))
+                .call(
+                    |reply| ConnectionMsg::Acquire {
+                        reply,
+                        span: tracing::Span::current(),
+                    },
+                    Some(acquire_timeout),
+                )
                 .await
             {
                 Ok(ractor::rpc::CallResult::Success(result)) => return result.map_err(E::from),
@@ -314,6 +368,11 @@ impl Pool {
                 "the pool supervisor did not answer".into(),
             )),
         }
+    }
+
+    /// The instance's metrics (recorded by the pool, its actors and its callers).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Tells the actor its session broke, so the next use reconnects.

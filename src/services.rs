@@ -9,6 +9,7 @@ mod gateway;
 pub mod global_servers;
 mod keys;
 mod presets;
+mod rate_limits;
 mod servers;
 mod tool_calls;
 mod upstream;
@@ -35,6 +36,7 @@ use crate::gateway::xiaozhi::XiaozhiBridges;
 use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::Store;
+pub use rate_limits::RateLimits;
 
 /// Every service, cheap to clone into request handlers.
 #[derive(Clone)]
@@ -76,6 +78,7 @@ impl Services {
             events: events.clone(),
             executor: tool_calls::executor(upstream.clone(), settings.limits.max_result_bytes),
             timeout: std::time::Duration::from_secs(settings.confirmation.timeout_secs),
+            parked: Arc::default(),
         })
         .await?;
         let chat = ChatService::new(

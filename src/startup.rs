@@ -59,7 +59,11 @@ impl Application {
         crate::confirm::Confirmations::settle_interrupted(&store)
             .await
             .map_err(StartupError::Bootstrap)?;
-        let pool = Pool::start(settings.pool.clone()).await?;
+        let pool = Pool::start(
+            settings.pool.clone(),
+            Arc::new(crate::metrics::Metrics::new()),
+        )
+        .await?;
         let services = Services::new(store, settings.clone(), pool)
             .await
             .map_err(StartupError::Bootstrap)?;
@@ -147,7 +151,7 @@ impl Application {
             }
         }
         bridges.shutdown();
-        // Parked calls stay pending in storage and are settled on the next start.
+        // Parked calls are cancelled and stored; running ones are settled by the next start.
         confirmations.shutdown().await;
         // Every connection actor closes its session; stdio children are killed and reaped.
         pool.shutdown().await;

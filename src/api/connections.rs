@@ -13,7 +13,7 @@ use super::AppState;
 use super::auth::AdminContext;
 use super::error::ApiError;
 use super::extract::{Path, Query};
-use crate::pool::ConnectionInfo;
+use crate::pool::{ConnectionCensus, ConnectionInfo};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -93,24 +93,14 @@ async fn list(
 }
 
 async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
-    let connections = state.services.upstream.connections();
-    let in_state = |wanted: &str| {
-        connections
-            .iter()
-            .filter(|c| c.status.state.as_str() == wanted)
-            .count()
-    };
-    let stdio = connections
-        .iter()
-        .filter(|c| c.transport == "stdio")
-        .count();
+    let census = ConnectionCensus::of(&state.services.upstream.connections());
     JsonResponse(json!({
         "connections": {
-            "total": connections.len(),
-            "connected": in_state("connected"),
-            "connecting": in_state("connecting"),
-            "error": in_state("error"),
-            "stdio": stdio,
+            "total": census.total,
+            "connected": census.connected,
+            "connecting": census.connecting,
+            "error": census.error,
+            "stdio": census.stdio,
         },
         "confirmations": {
             "activeMessages": state.services.confirmations.active_messages(),

@@ -89,6 +89,7 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::ToolDisabled(_) => StatusCode::FORBIDDEN,
         Error::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
+        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
             PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,
@@ -119,14 +120,22 @@ fn domain_status(err: &Error) -> StatusCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if status.is_server_error() {
-            tracing::error!(error = %self, ?self, code, "request failed");
-            match status {
-                StatusCode::SERVICE_UNAVAILABLE => "the service is temporarily unavailable".into(),
-                _ => "internal error; see the service log".into(),
+        let message = match status {
+            // An upstream's fault (the user's MCP server, the model provider): expected in
+            // operation, and the caller needs the reason to act on it.
+            StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => {
+                tracing::warn!(error = %self, code, "upstream failed");
+                self.to_string()
             }
-        } else {
-            self.to_string()
+            StatusCode::SERVICE_UNAVAILABLE => {
+                tracing::warn!(error = %self, ?self, code, "request failed");
+                "the service is temporarily unavailable".into()
+            }
+            _ if status.is_server_error() => {
+                tracing::error!(error = %self, ?self, code, "request failed");
+                "internal error; see the service log".into()
+            }
+            _ => self.to_string(),
         };
         let details = match &self {
             ApiError::Domain(err) => err.details(),
@@ -135,6 +144,9 @@ impl IntoResponse for ApiError {
         let retry_after = match &self {
             ApiError::Domain(Error::Pool(PoolError::Backoff { retry_in, .. })) => {
                 Some(retry_in.as_secs().max(1))
+            }
+            ApiError::Domain(Error::RateLimited { retry_after, .. }) => {
+                Some(crate::error::wait_secs(*retry_after))
             }
             ApiError::Domain(Error::Llm(LlmError::RateLimited {
                 retry_after: Some(wait),

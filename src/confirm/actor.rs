@@ -14,11 +14,15 @@ pub enum ConfirmMsg {
         conversation: Option<Uuid>,
         calls: Vec<ToolCallRecord>,
         reply: RpcReplyPort<Result<Vec<ToolCallRecord>>>,
+        /// The submitter's span (its request id): executions it starts log under it.
+        span: tracing::Span,
     },
     Confirm {
         call_id: String,
         approved: bool,
         reply: RpcReplyPort<Result<ToolCallRecord>>,
+        /// The approver's span (its request id): the execution logs under it.
+        span: tracing::Span,
     },
     Executed {
         call_id: String,
@@ -51,6 +55,11 @@ pub struct ActorState {
     records: Vec<ToolCallRecord>,
     deps: ConfirmDeps,
     waiters: Vec<RpcReplyPort<Vec<ToolCallRecord>>>,
+    /// Approval deadlines: each holds the actor's cell, so they end with the actor rather
+    /// than sleeping out the full timeout after everything settled.
+    timers: Vec<tokio::task::AbortHandle>,
+    /// Parked records this actor has counted into `deps.parked`.
+    reported_parked: i64,
 }
 
 pub struct ConfirmationActor;
@@ -93,7 +102,12 @@ impl ActorState {
         self.records.iter().position(|r| r.id == call_id)
     }
 
-    fn start_execution(&self, myself: &ActorRef<ConfirmMsg>, record: &ToolCallRecord) {
+    fn start_execution(
+        &self,
+        myself: &ActorRef<ConfirmMsg>,
+        record: &ToolCallRecord,
+        span: &tracing::Span,
+    ) {
         let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
             return;
         };
@@ -104,15 +118,22 @@ impl ActorState {
             record.id.clone(),
             record.arguments.clone(),
         );
-        tokio::spawn(async move {
+        let execution = async move {
             let outcome = executor(user, server, tool, arguments).await;
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(execution, span.clone()));
     }
 
-    fn park(&self, myself: &ActorRef<ConfirmMsg>, record: &ToolCallRecord) {
+    fn park(
+        &self,
+        myself: &ActorRef<ConfirmMsg>,
+        record: &ToolCallRecord,
+    ) -> tokio::task::AbortHandle {
         let call_id = record.id.clone();
-        myself.send_after(self.deps.timeout, move || ConfirmMsg::TimedOut { call_id });
+        myself
+            .send_after(self.deps.timeout, move || ConfirmMsg::TimedOut { call_id })
+            .abort_handle()
     }
 
     /// Settles one record (if it is still open), persists and announces it.
@@ -134,6 +155,20 @@ impl ActorState {
         }
         self.announce(&self.records[index]);
         Ok(())
+    }
+
+    /// Brings the shared parked-call count in line with this message's records.
+    fn report_parked(&mut self) {
+        let parked = self
+            .records
+            .iter()
+            .filter(|r| r.status == ToolCallStatus::Pending)
+            .count() as i64;
+        self.deps.parked.fetch_add(
+            parked - self.reported_parked,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.reported_parked = parked;
     }
 
     fn open(&self) -> bool {
@@ -167,6 +202,8 @@ impl Actor for ConfirmationActor {
             records: args.records,
             deps: args.deps,
             waiters: Vec::new(),
+            timers: Vec::new(),
+            reported_parked: 0,
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())
@@ -187,8 +224,10 @@ impl Actor for ConfirmationActor {
             .iter()
             .filter(|r| r.status == ToolCallStatus::Pending)
         {
-            state.park(&myself, record);
+            let timer = state.park(&myself, record);
+            state.timers.push(timer);
         }
+        state.report_parked();
         Ok(state)
     }
 
@@ -203,6 +242,7 @@ impl Actor for ConfirmationActor {
                 conversation,
                 calls,
                 reply,
+                span,
             } => {
                 let mut seen: std::collections::HashSet<&str> =
                     state.records.iter().map(|r| r.id.as_str()).collect();
@@ -223,8 +263,11 @@ impl Actor for ConfirmationActor {
                 for record in &state.records[before..] {
                     state.announce(record);
                     match record.status {
-                        ToolCallStatus::Invoking => state.start_execution(&myself, record),
-                        ToolCallStatus::Pending => state.park(&myself, record),
+                        ToolCallStatus::Invoking => state.start_execution(&myself, record, &span),
+                        ToolCallStatus::Pending => {
+                            let timer = state.park(&myself, record);
+                            state.timers.push(timer);
+                        }
                         _ => {}
                     }
                 }
@@ -234,6 +277,7 @@ impl Actor for ConfirmationActor {
                 call_id,
                 approved,
                 reply,
+                span,
             } => {
                 let Some(index) = state.index(&call_id) else {
                     let _ = reply.send(Err(Error::NotFound(Resource::ToolCall, call_id)));
@@ -247,7 +291,7 @@ impl Actor for ConfirmationActor {
                     // Start at once; the stored 'invoking' still precedes its announcement,
                     // and the result cannot be handled before this message is done.
                     state.records[index].status = ToolCallStatus::Invoking;
-                    state.start_execution(&myself, &state.records[index]);
+                    state.start_execution(&myself, &state.records[index], &span);
                     let persisted = state.persist(None).await;
                     if persisted.is_ok() {
                         state.announce(&state.records[index]);
@@ -314,19 +358,24 @@ impl Actor for ConfirmationActor {
                 let parked: Vec<usize> = (0..state.records.len())
                     .filter(|&i| state.records[i].status == ToolCallStatus::Pending)
                     .collect();
-                let mut cancelled = 0;
-                for index in parked {
-                    state
-                        .settle(
-                            index,
-                            ToolCallStatus::Cancelled,
-                            Value::String(reason.clone()),
-                            true,
-                        )
-                        .await?;
-                    cancelled += 1;
+                if !parked.is_empty() {
+                    // One write for all of them: a shutdown may cancel thousands at once.
+                    let previous = state.records.clone();
+                    for &index in &parked {
+                        let record = &mut state.records[index];
+                        record.status = ToolCallStatus::Cancelled;
+                        record.response = Value::String(reason.clone());
+                        record.is_error = true;
+                    }
+                    if let Err(e) = state.persist(None).await {
+                        state.records = previous;
+                        return Err(e.into());
+                    }
+                    for &index in &parked {
+                        state.announce(&state.records[index]);
+                    }
                 }
-                let _ = reply.send(cancelled);
+                let _ = reply.send(parked.len());
             }
             ConfirmMsg::WaitSettled(reply) => {
                 if state.open() {
@@ -336,7 +385,24 @@ impl Actor for ConfirmationActor {
                 }
             }
         }
+        state.report_parked();
         state.stop_if_done(&myself);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        for timer in state.timers.drain(..) {
+            timer.abort();
+        }
+        // Whatever is still parked is no longer waiting here.
+        state.deps.parked.fetch_sub(
+            std::mem::take(&mut state.reported_parked),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     }
 }

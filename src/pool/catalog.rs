@@ -12,6 +12,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 use serde_json::Value;
 
 use super::{ConnectionKey, Lease, PoolError};
+use crate::metrics::Metrics;
 
 /// A server's tools. Input schemas are compiled on a tool's first call, not on listing:
 /// most listed tools are never called, and eager compilation cost tens of KiB per
@@ -81,6 +82,7 @@ pub struct Catalogs {
     /// Connections whose lists were dropped (list_changed, a config change, a refresh):
     /// the gateway tells its clients to list again.
     changes: tokio::sync::broadcast::Sender<ConnectionKey>,
+    metrics: Arc<Metrics>,
 }
 
 fn flatten(error: Arc<PoolError>) -> PoolError {
@@ -88,7 +90,7 @@ fn flatten(error: Arc<PoolError>) -> PoolError {
 }
 
 impl Catalogs {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, metrics: Arc<Metrics>) -> Self {
         Self {
             tools: Cache::builder()
                 .time_to_live(ttl)
@@ -103,6 +105,7 @@ impl Catalogs {
                 .max_capacity(100_000)
                 .build(),
             changes: tokio::sync::broadcast::channel(1024).0,
+            metrics,
         }
     }
 
@@ -110,56 +113,70 @@ impl Catalogs {
         self.changes.subscribe()
     }
 
-    pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
-        let timeout = lease.runtime.call_timeout;
-        self.tools
-            .try_get_with(lease.key.clone(), async {
-                let tools = lease.client.list_tools(timeout).await?;
-                Ok::<_, PoolError>(Arc::new(ToolCatalog::new(tools)))
-            })
+    /// `cache`'s entry for the lease's connection, loading it once on a miss (concurrent
+    /// misses share one load); hits and misses are counted under `catalog`.
+    async fn cached<V: Clone + Send + Sync + 'static>(
+        &self,
+        cache: &Cache<ConnectionKey, V>,
+        catalog: &'static str,
+        lease: &Lease,
+        load: impl Future<Output = Result<V, PoolError>>,
+    ) -> Result<V, PoolError> {
+        if let Some(hit) = cache.get(&lease.key).await {
+            self.metrics.catalog_lookup(catalog, true);
+            return Ok(hit);
+        }
+        self.metrics.catalog_lookup(catalog, false);
+        cache
+            .try_get_with(lease.key.clone(), load)
             .await
             .map_err(flatten)
+    }
+
+    pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
+        let timeout = lease.runtime.call_timeout;
+        self.cached(&self.tools, "tools", lease, async {
+            let tools = lease.client.list_tools(timeout).await?;
+            Ok(Arc::new(ToolCatalog::new(tools)))
+        })
+        .await
     }
 
     pub async fn resources(&self, lease: &Lease) -> Result<Arc<ResourceCatalog>, PoolError> {
         let timeout = lease.runtime.call_timeout;
         let capabilities = lease.client.capabilities();
-        self.resources
-            .try_get_with(lease.key.clone(), async {
-                if !capabilities.resources {
-                    return Ok(Arc::new(ResourceCatalog {
-                        resources: Vec::new(),
-                        templates: Vec::new(),
-                    }));
-                }
-                let resources = lease.client.list_resources(timeout).await?;
-                // Templates are optional in the protocol: a server without them may refuse.
-                let templates = lease
-                    .client
-                    .list_resource_templates(timeout)
-                    .await
-                    .unwrap_or_default();
-                Ok::<_, PoolError>(Arc::new(ResourceCatalog {
-                    resources,
-                    templates,
-                }))
-            })
-            .await
-            .map_err(flatten)
+        self.cached(&self.resources, "resources", lease, async {
+            if !capabilities.resources {
+                return Ok(Arc::new(ResourceCatalog {
+                    resources: Vec::new(),
+                    templates: Vec::new(),
+                }));
+            }
+            let resources = lease.client.list_resources(timeout).await?;
+            // Templates are optional in the protocol: a server without them may refuse.
+            let templates = lease
+                .client
+                .list_resource_templates(timeout)
+                .await
+                .unwrap_or_default();
+            Ok(Arc::new(ResourceCatalog {
+                resources,
+                templates,
+            }))
+        })
+        .await
     }
 
     pub async fn prompts(&self, lease: &Lease) -> Result<Arc<Vec<Prompt>>, PoolError> {
         let timeout = lease.runtime.call_timeout;
         let capabilities = lease.client.capabilities();
-        self.prompts
-            .try_get_with(lease.key.clone(), async {
-                if !capabilities.prompts {
-                    return Ok(Arc::new(Vec::new()));
-                }
-                Ok::<_, PoolError>(Arc::new(lease.client.list_prompts(timeout).await?))
-            })
-            .await
-            .map_err(flatten)
+        self.cached(&self.prompts, "prompts", lease, async {
+            if !capabilities.prompts {
+                return Ok(Arc::new(Vec::new()));
+            }
+            Ok(Arc::new(lease.client.list_prompts(timeout).await?))
+        })
+        .await
     }
 
     pub async fn invalidate_tools(&self, key: &ConnectionKey) {
@@ -167,10 +184,17 @@ impl Catalogs {
         let _ = self.changes.send(key.clone());
     }
 
-    pub async fn invalidate(&self, key: &ConnectionKey) {
+    /// Drops what was cached for a connection that stopped, without announcing a change:
+    /// the lists did not change, the session they came from is gone.
+    pub async fn forget(&self, key: &ConnectionKey) {
         self.tools.invalidate(key).await;
         self.resources.invalidate(key).await;
         self.prompts.invalidate(key).await;
+    }
+
+    /// Drops a connection's lists and tells the gateway's clients to list again.
+    pub async fn invalidate(&self, key: &ConnectionKey) {
+        self.forget(key).await;
         let _ = self.changes.send(key.clone());
     }
 }

@@ -21,13 +21,18 @@ use super::{
     StatusCell,
 };
 use crate::mcp::{self, McpClient, McpError, UpstreamEvents};
+use crate::metrics::Metrics;
 
 /// How long a stopping actor lets its session close politely before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 pub enum ConnectionMsg {
-    /// Give me a session, connecting first if needed.
-    Acquire(RpcReplyPort<Result<Lease, PoolError>>),
+    /// Give me a session, connecting first if needed. `span` is the asker's (its request
+    /// id), so a connect it triggers logs under that request.
+    Acquire {
+        reply: RpcReplyPort<Result<Lease, PoolError>>,
+        span: tracing::Span,
+    },
     /// The connect task finished attempt `generation`.
     Connected {
         generation: u64,
@@ -52,6 +57,7 @@ pub struct ConnectionArgs {
     /// Where callers find the live session without a message.
     pub slot: Arc<SessionSlot>,
     pub catalogs: Arc<Catalogs>,
+    pub metrics: Arc<Metrics>,
     pub idle_timeout: Duration,
 }
 
@@ -74,6 +80,7 @@ pub struct ConnectionStateData {
     runtime: Arc<ServerRuntime>,
     status: Arc<StatusCell>,
     catalogs: Arc<Catalogs>,
+    metrics: Arc<Metrics>,
     idle_timeout: Duration,
     phase: Phase,
     /// Bumped per connect attempt, so late reports about an old session are ignored.
@@ -125,6 +132,7 @@ impl ConnectionStateData {
         &mut self,
         myself: &ActorRef<ConnectionMsg>,
         first_waiter: RpcReplyPort<Result<Lease, PoolError>>,
+        span: tracing::Span,
     ) {
         self.generation += 1;
         self.phase = Phase::Connecting {
@@ -134,10 +142,12 @@ impl ConnectionStateData {
         let generation = self.generation;
         let upstream = self.runtime.upstream.clone();
         let me = myself.clone();
-        tokio::spawn(async move {
+        let key = self.key.clone();
+        let connect = async move {
             let (events, mut incoming) = mpsc::unbounded_channel();
             let result = mcp::connect(&upstream, events).await.map(Arc::new);
             if result.is_ok() {
+                tracing::info!(user = %key.user, server = %key.server, upstream = ?upstream.transport, "MCP connection established");
                 let forward_to = me.clone();
                 tokio::spawn(async move {
                     while let Some(event) = incoming.recv().await {
@@ -149,7 +159,8 @@ impl ConnectionStateData {
             }
             // If the actor is gone the session is dropped here, killing any child.
             let _ = me.cast(ConnectionMsg::Connected { generation, result });
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(connect, span));
     }
 
     fn mark_failed(&mut self, reason: String, retry_in: Duration) {
@@ -181,6 +192,7 @@ impl Actor for ConnectionActor {
             runtime: args.runtime,
             status: args.status,
             catalogs: args.catalogs,
+            metrics: args.metrics,
             idle_timeout: args.idle_timeout,
             phase: Phase::Disconnected,
             generation: 0,
@@ -200,7 +212,7 @@ impl Actor for ConnectionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ConnectionMsg::Acquire(reply) => {
+            ConnectionMsg::Acquire { reply, span } => {
                 state.slot.touch();
                 match &mut state.phase {
                     Phase::Connected { client } if !client.is_closed() => {
@@ -211,14 +223,14 @@ impl Actor for ConnectionActor {
                         // The session died between uses: reconnect transparently.
                         state.slot.set(None);
                         state.catalogs.invalidate(&state.key).await;
-                        state.start_connect(&myself, reply);
+                        state.start_connect(&myself, reply, span);
                     }
                     Phase::Connecting { waiters } => waiters.push(reply),
-                    Phase::Disconnected => state.start_connect(&myself, reply),
+                    Phase::Disconnected => state.start_connect(&myself, reply, span),
                     Phase::Failed { reason, retry_at } => {
                         let now = Instant::now();
                         if now >= *retry_at {
-                            state.start_connect(&myself, reply);
+                            state.start_connect(&myself, reply, span);
                         } else {
                             let _ = reply.send(Err(PoolError::Backoff {
                                 reason: reason.clone(),
@@ -239,6 +251,11 @@ impl Actor for ConnectionActor {
                         return Ok(());
                     }
                 };
+                state.metrics.upstream_connect(
+                    state.runtime.server.spec.transport.kind().as_str(),
+                    state.generation > 1,
+                    result.is_ok(),
+                );
                 match result {
                     Ok(client) => {
                         state.backoff = new_backoff();
@@ -248,7 +265,6 @@ impl Actor for ConnectionActor {
                         // From now on callers lease from the slot, without a message.
                         state.slot.set(Some((client.clone(), state.generation)));
                         state.set_status(ConnectionState::Connected, None);
-                        tracing::info!(user = %state.key.user, server = %state.key.server, upstream = ?state.runtime.upstream.transport, "MCP connection established");
                         for waiter in waiters {
                             let _ = waiter.send(Ok(state.lease(&myself, &client)));
                         }
@@ -310,6 +326,8 @@ impl Actor for ConnectionActor {
             timer.abort();
         }
         state.slot.set(None);
+        // An idle user's tool lists would otherwise outlive the session by the cache TTL.
+        state.catalogs.forget(&state.key).await;
         match std::mem::replace(&mut state.phase, Phase::Disconnected) {
             Phase::Connected { client } => {
                 if let Ok(mut client) = Arc::try_unwrap(client) {

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::config::PoolSettings;
 use crate::domain::{TransportKind, UserId};
+use crate::metrics::Metrics;
 
 pub enum SupervisorMsg {
     Spawn {
@@ -27,12 +28,14 @@ pub struct SupervisorArgs {
     pub registry: Arc<Registry>,
     pub catalogs: Arc<Catalogs>,
     pub settings: Arc<PoolSettings>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub struct SupervisorState {
     registry: Arc<Registry>,
     catalogs: Arc<Catalogs>,
     settings: Arc<PoolSettings>,
+    metrics: Arc<Metrics>,
     /// What each child runs, to restart it after a crash and to keep counts.
     children: HashMap<ActorId, (ConnectionKey, Arc<ServerRuntime>)>,
     per_user: HashMap<UserId, u32>,
@@ -66,6 +69,7 @@ impl SupervisorState {
             status: status.clone(),
             slot: slot.clone(),
             catalogs: self.catalogs.clone(),
+            metrics: self.metrics.clone(),
             idle_timeout: Duration::from_secs(self.settings.idle_timeout_secs),
         };
         let (actor, _) = Actor::spawn_linked(None, ConnectionActor, args, myself.get_cell())
@@ -120,6 +124,7 @@ impl Actor for PoolSupervisor {
             registry: args.registry,
             catalogs: args.catalogs,
             settings: args.settings,
+            metrics: args.metrics,
             children: HashMap::new(),
             per_user: HashMap::new(),
             stdio: 0,

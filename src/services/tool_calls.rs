@@ -75,7 +75,7 @@ pub fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor 
             let upstream = upstream.clone();
             Box::pin(async move {
                 let started = Instant::now();
-                match upstream
+                let outcome = match upstream
                     .call_tool(&user, &server.to_string(), &tool, arguments)
                     .await
                 {
@@ -91,7 +91,15 @@ pub fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor 
                         error_code: Some(error.code().to_owned()),
                         latency: started.elapsed(),
                     },
-                }
+                };
+                tracing::info!(
+                    %user, %server, %tool,
+                    is_error = outcome.is_error,
+                    error_code = outcome.error_code.as_deref(),
+                    latency_ms = outcome.latency.as_millis() as u64,
+                    "tool call executed"
+                );
+                outcome
             })
         },
     )

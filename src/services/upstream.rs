@@ -15,6 +15,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::RateLimits;
 use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
@@ -89,6 +90,8 @@ pub struct UpstreamService {
     /// Admin-defined servers every assistant is offered.
     globals: Arc<GlobalServers>,
     bindings: BindingCache,
+    /// Per-user limits; tool calls are checked here, the one door every call passes.
+    rate_limits: Arc<RateLimits>,
 }
 
 impl UpstreamService {
@@ -101,6 +104,7 @@ impl UpstreamService {
         bindings: BindingCache,
     ) -> Self {
         let http = crate::mcp::http_client(Duration::from_secs(settings.pool.connect_timeout_secs));
+        let rate_limits = Arc::new(RateLimits::new(&settings.limits));
         Self {
             store,
             settings,
@@ -109,7 +113,12 @@ impl UpstreamService {
             http,
             globals,
             bindings,
+            rate_limits,
         }
+    }
+
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
     }
 
     pub fn globals(&self) -> &Arc<GlobalServers> {
@@ -292,12 +301,38 @@ impl UpstreamService {
         live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
     ) -> Result<ToolCallReport> {
         let started = Instant::now();
+        self.rate_limits.tool_call(user)?;
         let lease = self.lease(user, server_id).await?;
+        let result = self.call_on_lease(&lease, tool, arguments, live).await;
+        let outcome = match &result {
+            Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => error.code(),
+        };
+        let latency = started.elapsed();
+        self.pool.metrics().tool_call(
+            lease.runtime.server.spec.transport.kind().as_str(),
+            outcome,
+            latency,
+        );
+        Ok(ToolCallReport {
+            outcome: result?,
+            latency,
+        })
+    }
+
+    async fn call_on_lease(
+        &self,
+        lease: &Lease,
+        tool: &str,
+        arguments: Value,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+    ) -> Result<CallOutcome> {
         let spec = &lease.runtime.server.spec;
         if spec.disabled_tools.iter().any(|t| t == tool) {
             return Err(Error::ToolDisabled(tool.to_owned()));
         }
-        let catalog = self.pool.tools(&lease).await?;
+        let catalog = self.pool.tools(lease).await?;
         if catalog.get(tool).is_none() {
             return Err(Error::NotFound(Resource::Tool, tool.to_owned()));
         }
@@ -327,11 +362,8 @@ impl UpstreamService {
                 live,
             )
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?;
-        Ok(ToolCallReport {
-            outcome,
-            latency: started.elapsed(),
-        })
+            .inspect_err(|e| self.pool.report(lease, e))?;
+        Ok(outcome)
     }
 
     /// The enabled tools of every active server bound to the assistant, named uniquely.

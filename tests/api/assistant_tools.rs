@@ -32,13 +32,7 @@ async fn tools_of_every_bound_server_in_each_format() {
             json!({"name": "remote", "baseUrl": format!("{}/mcp", upstream.base)}),
         )
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [local, remote]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&local, &remote]).await;
 
     let mcp = app
         .user(
@@ -122,13 +116,7 @@ async fn names_stay_unique_when_server_names_sanitize_alike() {
     let b = app
         .create_server_ok("u", json!({"name": "my tools", "preset": "fixture"}))
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [a, b]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&a, &b]).await;
     let reply = app
         .user("u", Method::GET, "/api/assistants/a1/tools", None)
         .await;
@@ -164,13 +152,7 @@ async fn a_failing_server_is_reported_and_the_others_still_listed() {
             json!({"name": "off", "preset": "fixture", "isActive": false}),
         )
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [down, good, off]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&down, &good, &off]).await;
     let reply = app
         .user(
             "u",

@@ -28,15 +28,7 @@ async fn chat_app(llm: &ScriptedLlm, adjust: impl FnOnce(&mut mcp_pool::Settings
             json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
         )
         .await;
-    let bound = app
-        .user(
-            "u",
-            Method::PUT,
-            "/api/assistants/a1/mcp-servers",
-            Some(json!({"serverIds": [server]})),
-        )
-        .await;
-    assert_eq!(bound.status, StatusCode::OK, "{}", bound.text);
+    app.bind_ok("u", "a1", [&server]).await;
     app
 }
 
@@ -721,13 +713,21 @@ async fn closing_the_stream_stops_the_turn_and_cancels_parked_calls() {
             .contains("closed")
     );
     assert_eq!(llm.requests().len(), 1, "the model is not asked again");
-    // The conversation is free for the next turn.
+    // The conversation is free for the next turn once the closed one has wound up (it
+    // stores its end after cancelling, so a moment of 409 is expected, not more).
     llm.push(openai_text("fresh start"));
     let mut body = chat_body("again");
     body["conversationId"] = json!(conversation);
-    let reply = app
-        .user("u", Method::POST, "/api/chat/message", Some(body))
-        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let reply = loop {
+        let reply = app
+            .user("u", Method::POST, "/api/chat/message", Some(body.clone()))
+            .await;
+        if reply.status != StatusCode::CONFLICT || std::time::Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
 
@@ -853,4 +853,36 @@ async fn chat_tools_lists_the_assistants_tools() {
     assert_eq!(echo["inputSchema"]["required"], json!(["text"]));
     let missing = app.user("u", Method::GET, "/api/chat/tools", None).await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST, "{}", missing.text);
+}
+
+#[tokio::test]
+async fn chat_turns_over_the_limit_get_429_before_reaching_the_provider() {
+    let llm = ScriptedLlm::openai().await;
+    let app = chat_app(&llm, |s| s.limits.chats_per_minute = 1).await;
+    llm.push(openai_text("First and only."));
+    let mut stream = ChatStream::open(&app, "u", chat_body("one")).await;
+    let (name, done) = stream.finish().await;
+    assert_eq!(name, "message.completed", "{done}");
+
+    let second = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/chat/message",
+            Some(chat_body("two")),
+        )
+        .await;
+    assert_eq!(
+        second.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        second.text
+    );
+    assert_eq!(second.code(), "RATE_LIMITED");
+    assert!(second.headers.contains_key("retry-after"));
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "the provider saw only the first turn"
+    );
 }

@@ -32,13 +32,7 @@ pub async fn gateway_app() -> (TestApp, String) {
             json!({"name": "every", "preset": "everything", "autoApproveTools": ["echo"]}),
         )
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [fx, every]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&fx, &every]).await;
     let created = app
         .user(
             "u",
@@ -255,6 +249,12 @@ async fn progress_is_relayed_and_list_changes_are_announced() {
         .await
         .unwrap();
     assert!(text(&result).contains("3 steps"), "{result:?}");
+    // rmcp hands each notification to its own task, so the last may be recorded just after
+    // the result arrives.
+    crate::upstreams::eventually("three progress notifications are recorded", || async {
+        recorder.progress.lock().unwrap().len() >= 3
+    })
+    .await;
     assert_eq!(
         *recorder.progress.lock().unwrap(),
         vec!["step 1", "step 2", "step 3"],

@@ -119,14 +119,28 @@ async fn start(settings: Settings, data_dir: TempDir) -> TestApp {
 }
 
 impl TestApp {
-    /// Stops the service as SIGTERM would and starts a new one on the same database.
-    pub async fn restart(mut self) -> TestApp {
+    /// Stops the service as SIGTERM would and waits until it has stopped.
+    pub async fn stop(mut self) {
+        self.wait_stopped().await;
+    }
+
+    async fn wait_stopped(&mut self) {
         self.shutdown.cancel();
         self.server
             .take()
             .unwrap()
             .await
             .expect("service stopped cleanly");
+    }
+
+    /// What SIGTERM does, without waiting for the service to stop.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Stops the service as SIGTERM would and starts a new one on the same database.
+    pub async fn restart(mut self) -> TestApp {
+        self.wait_stopped().await;
         let service_key = std::mem::take(&mut self.service_key);
         let settings = self.settings.clone();
         let data_dir = std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap());
@@ -194,6 +208,19 @@ impl TestApp {
         let reply = self.create_server(user, body).await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
         reply.body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Binds `servers` (ids, in order) to the user's assistant; asserts it worked.
+    pub async fn bind_ok(&self, user: &str, assistant: &str, servers: impl serde::Serialize) {
+        let reply = self
+            .user(
+                user,
+                Method::PUT,
+                &format!("/api/assistants/{assistant}/mcp-servers"),
+                Some(json!({ "serverIds": servers })),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     }
 
     pub async fn create_preset_ok(&self, body: Value) {

@@ -20,13 +20,7 @@ async fn everything_survives_a_restart() {
             json!({"name": "t", "preset": "time", "env": {"TZ": "Asia/Shanghai"}}),
         )
         .await;
-    app.user(
-        "alice",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [stdio, remote]})),
-    )
-    .await;
+    app.bind_ok("alice", "a1", [&stdio, &remote]).await;
     let before = app
         .user("alice", Method::GET, "/api/mcp-servers", None)
         .await;

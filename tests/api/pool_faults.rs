@@ -6,8 +6,26 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use crate::helpers::{spawn_pool_app, spawn_pool_app_with};
+use crate::helpers::{TestApp, spawn_pool_app, spawn_pool_app_with};
 use crate::upstreams::{HttpUpstream, eventually, fixture_preset, process_exists, text_of};
+
+/// `slow` running for `ms` in a task of its own, so the test can act while it runs.
+fn spawn_slow_call(
+    app: &TestApp,
+    user: &str,
+    server: &str,
+    ms: u64,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let request = reqwest::Client::new()
+        .post(format!(
+            "{}/api/mcp-servers/{server}/tools/slow/call",
+            app.address
+        ))
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", user)
+        .json(&json!({"arguments": {"ms": ms}}));
+    tokio::spawn(async move { request.send().await.unwrap() })
+}
 
 #[tokio::test]
 async fn a_hanging_tool_times_out_and_the_connection_stays_usable() {
@@ -22,6 +40,14 @@ async fn a_hanging_tool_times_out_and_the_connection_stays_usable() {
     let slow = app.call("u", &server, "slow", json!({"ms": 30000})).await;
     assert_eq!(slow.status, StatusCode::GATEWAY_TIMEOUT, "{}", slow.text);
     assert_eq!(slow.code(), "MCP_TIMEOUT");
+    // The user's own server was slow: they are told so, not sent to a log they cannot read.
+    assert!(
+        slow.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("did not answer within 1s")),
+        "{}",
+        slow.text
+    );
     let echo = app
         .call("u", &server, "echo", json!({"text": "still here"}))
         .await;
@@ -37,23 +63,7 @@ async fn a_killed_child_fails_the_call_fast_and_the_next_call_reconnects() {
         .await;
     let pid = app.fixture_pid("u", &server).await;
 
-    let in_flight = {
-        let app_address = app.address.clone();
-        let key = app.service_key.clone();
-        let server = server.clone();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .post(format!(
-                    "{app_address}/api/mcp-servers/{server}/tools/slow/call"
-                ))
-                .bearer_auth(key)
-                .header("X-User-Id", "u")
-                .json(&json!({"arguments": {"ms": 60000}}))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let in_flight = spawn_slow_call(&app, "u", &server, 60000);
     eventually("the slow call is running", || async {
         !in_flight.is_finished()
     })
@@ -469,6 +479,36 @@ async fn shutting_down_kills_every_child() {
     for pid in pids {
         assert!(!process_exists(pid), "process {pid} outlived the service");
     }
+}
+
+#[tokio::test]
+async fn a_call_in_flight_at_shutdown_finishes_then_its_process_is_gone() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    let server = app
+        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    let pid = app.fixture_pid("u", &server).await;
+    let in_flight = spawn_slow_call(&app, "u", &server, 1500);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    app.begin_shutdown();
+    // New requests are refused while the old one drains.
+    eventually("new requests are refused", || async {
+        reqwest::Client::new()
+            .get(format!("{}/healthz", app.address))
+            .send()
+            .await
+            .is_err()
+    })
+    .await;
+    let response = in_flight.await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the call in flight was cut off"
+    );
+    app.stop().await;
+    assert!(!process_exists(pid), "process {pid} outlived the service");
 }
 
 #[tokio::test]

@@ -20,13 +20,7 @@ async fn setup(app: &TestApp) {
             json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "big"]}),
         )
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [server]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&server]).await;
 }
 
 async fn submit(
@@ -383,7 +377,7 @@ async fn another_users_message_is_not_found() {
 }
 
 #[tokio::test]
-async fn a_restart_settles_calls_left_open() {
+async fn a_stop_cancels_parked_calls_with_a_reason() {
     let app = spawn_pool_app().await;
     setup(&app).await;
     let message = Uuid::new_v4().to_string();
@@ -391,7 +385,10 @@ async fn a_restart_settles_calls_left_open() {
     let app = app.restart().await;
     let call = record(&app, &message, "c1").await;
     assert_eq!(call["status"], "cancelled");
-    assert_eq!(call["response"], "interrupted by restart");
+    assert_eq!(
+        call["response"],
+        "cancelled: the service stopped before this call was approved"
+    );
     let late = confirm(&app, "u", &message, "c1", true).await;
     assert_eq!(late.code(), "TOOL_CALL_SETTLED");
 }

@@ -82,13 +82,7 @@ async fn the_bridge_serves_the_assistants_tools_and_reconnects_when_dropped() {
             json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "big"]}),
         )
         .await;
-    app.user(
-        "u",
-        Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        Some(json!({"serverIds": [fx]})),
-    )
-    .await;
+    app.bind_ok("u", "a1", [&fx]).await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let endpoint = format!("ws://127.0.0.1:{port}/mcp/?token=secret-xiaozhi-token");

@@ -1,0 +1,138 @@
+//! The binary's JSON logs: work an HTTP request starts in an actor (a connect, an approved
+//! call's execution) logs under that request's id.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const ADMIN_KEY: &str = "logging-test-admin-key-0123456789";
+
+async fn wait_for_line(
+    lines: &Mutex<Vec<String>>,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    for _ in 0..200 {
+        if let Some(line) = lines.lock().unwrap().iter().find(|l| wanted(l)) {
+            return line.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no log line {what}; got:\n{}",
+        lines.lock().unwrap().join("\n")
+    );
+}
+
+#[tokio::test]
+async fn actor_work_logs_under_the_request_id_that_started_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-pool"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("MCP_POOL__STORAGE__DATA_DIR", dir.path())
+        .env("MCP_POOL__SERVER__PORT", "0")
+        .env("MCP_POOL__LOG__FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    {
+        let lines = lines.clone();
+        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = reader.next_line().await {
+                lines.lock().unwrap().push(line);
+            }
+        });
+    }
+    let listening = wait_for_line(&lines, "saying where it listens", |l| {
+        l.contains("mcp-pool listening")
+    })
+    .await;
+    let listening: Value = serde_json::from_str(&listening).expect("a JSON log line");
+    let port = listening["fields"]["port"].as_u64().expect("port field");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {
+        client
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(ADMIN_KEY)
+            .header("X-User-Id", "u")
+            .header("X-Request-Id", request_id)
+            .json(&body)
+            .send()
+    };
+    let created: Value = send(
+        reqwest::Method::POST,
+        "/api/mcp-servers",
+        "req-create",
+        json!({"name": "calc", "type": "embedded", "embedded": "calculator"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let server = created["id"].as_str().expect("server id").to_owned();
+    let connected = send(
+        reqwest::Method::POST,
+        &format!("/api/mcp-servers/{server}/connect"),
+        "req-connect-7f3a",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert!(connected.status().is_success());
+    send(
+        reqwest::Method::PUT,
+        "/api/assistants/a1/mcp-servers",
+        "req-bind",
+        json!({"serverIds": [server]}),
+    )
+    .await
+    .unwrap();
+    let message = uuid::Uuid::new_v4();
+    let parked: Value = send(
+        reqwest::Method::POST,
+        &format!("/api/messages/{message}/tool-calls"),
+        "req-submit",
+        json!({"assistantId": "a1", "calls": [
+            {"id": "c1", "name": "mcp__calc__add", "arguments": {"a": 2, "b": 3}}
+        ]}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(parked["toolCalls"][0]["status"], "pending", "{parked}");
+    let approved = send(
+        reqwest::Method::POST,
+        &format!("/api/messages/{message}/tool-confirm"),
+        "req-approve-91c2",
+        json!({"toolCallId": "c1", "approved": true}),
+    )
+    .await
+    .unwrap();
+    assert!(approved.status().is_success());
+
+    wait_for_line(&lines, "for the connect, under its request id", |l| {
+        l.contains("MCP connection established") && l.contains("req-connect-7f3a")
+    })
+    .await;
+    wait_for_line(
+        &lines,
+        "for the approved call, under the approval's request id",
+        |l| l.contains("tool call executed") && l.contains("req-approve-91c2"),
+    )
+    .await;
+    child.kill().await.unwrap();
+}
