@@ -1,0 +1,184 @@
+//! Criterion benches for the per-call hot paths: model-facing tool names, the prompt-mode
+//! parser, the tool catalog (lookup, schema validation, the cache hit) and the registry
+//! lookup behind every lease. `cargo bench --bench hot_paths`; figures in BENCHMARKS.md.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use mcp_pool::agent::prompt_mode::{parse_lenient, parse_reply};
+use mcp_pool::config::PoolSettings;
+use mcp_pool::domain::tool_name::{ToolNameTable, ToolRef, display_name};
+use mcp_pool::domain::{EmbeddedKind, McpServer, ServerName, ServerSpec, Transport, UserId};
+use mcp_pool::mcp::{UpstreamSpec, UpstreamTransport, http_client};
+use mcp_pool::pool::{ConnectionKey, Pool, ServerRuntime, ToolCatalog};
+use rmcp::model::Tool;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// An assistant with 10 servers of 10 tools each.
+fn tool_refs() -> Vec<ToolRef> {
+    (0..10)
+        .flat_map(|server| {
+            let server_id = Uuid::new_v4();
+            (0..10).map(move |tool| ToolRef {
+                server_id,
+                server_name: format!("server-{server}"),
+                tool: format!("tool_{tool}"),
+            })
+        })
+        .collect()
+}
+
+fn tool_names(c: &mut Criterion) {
+    let refs = tool_refs();
+    c.bench_function("tool_name/build_100", |b| {
+        b.iter(|| ToolNameTable::build(black_box(refs.clone())))
+    });
+    let table = ToolNameTable::build(refs);
+    c.bench_function("tool_name/resolve_hit", |b| {
+        b.iter(|| table.resolve(black_box("mcp__server-7__tool_3")))
+    });
+    c.bench_function("tool_name/display_name_long", |b| {
+        let server = "a-server-with-a-rather-long-descriptive-name";
+        b.iter(|| display_name(black_box(server), black_box("and_a_long_tool_name_too")))
+    });
+}
+
+fn prompt_mode(c: &mut Criterion) {
+    let fenced = "Let me look that up.\n```json\n{\"type\":\"use_mcp_tool\",\"server_name\":\"fx\",\
+                  \"tool_name\":\"echo\",\"arguments\":{\"text\":\"hello\"}}\n```";
+    let plain = "The capital of France is Paris. It has been the capital since the 10th century, \
+                 and it is also the largest city of the country.";
+    let broken = "{'type': 'use_mcp_tool', 'server_name': 'fx', 'tool_name': 'add', \
+                  'arguments': {'a': 1, 'b': 2, 'exact': True,},}";
+    c.bench_function("prompt_mode/parse_reply_fenced_call", |b| {
+        b.iter(|| parse_reply(black_box(fenced)))
+    });
+    c.bench_function("prompt_mode/parse_reply_plain_text", |b| {
+        b.iter(|| parse_reply(black_box(plain)))
+    });
+    c.bench_function("prompt_mode/parse_lenient_repaired", |b| {
+        b.iter(|| parse_lenient(black_box(broken)))
+    });
+}
+
+fn catalog() -> ToolCatalog {
+    let schema = |value: Value| Arc::new(value.as_object().cloned().unwrap_or_default());
+    let tools = (0..50)
+        .map(|n| {
+            Tool::new(
+                format!("tool_{n}"),
+                "a tool",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"a": {"type": "number"}, "b": {"type": "number"},
+                                   "note": {"type": "string", "maxLength": 100}},
+                    "required": ["a", "b"]
+                })),
+            )
+        })
+        .collect();
+    ToolCatalog::new(tools)
+}
+
+fn tool_catalog(c: &mut Criterion) {
+    let catalog = catalog();
+    let arguments = json!({"a": 1, "b": 2, "note": "x"});
+    catalog.validate("tool_49", &arguments).expect("valid");
+    c.bench_function("catalog/get_last_of_50", |b| {
+        b.iter(|| catalog.get(black_box("tool_49")))
+    });
+    c.bench_function("catalog/validate_compiled", |b| {
+        b.iter(|| catalog.validate(black_box("tool_49"), black_box(&arguments)))
+    });
+}
+
+fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
+    let now = chrono::Utc::now();
+    Arc::new(ServerRuntime {
+        server: McpServer {
+            id: Uuid::new_v4(),
+            user_id: user.clone(),
+            spec: ServerSpec {
+                name: ServerName::parse("calc").expect("name"),
+                transport: Transport::Embedded(EmbeddedKind::Calculator),
+                is_active: true,
+                timeout_secs: None,
+                disabled_tools: Vec::new(),
+                auto_approve_tools: Vec::new(),
+            },
+            created_at: now,
+            updated_at: now,
+        },
+        upstream: UpstreamSpec {
+            label: format!("{user}/calc"),
+            transport: UpstreamTransport::Embedded(EmbeddedKind::Calculator),
+            connect_timeout: Duration::from_secs(5),
+            http: http_client(Duration::from_secs(5)),
+        },
+        call_timeout: Duration::from_secs(5),
+    })
+}
+
+/// A lease and a cached tool list on a pool holding 1,000 connected (embedded) actors:
+/// what every call does before it reaches the upstream.
+fn registry(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (pool, keys) = runtime.block_on(async {
+        let pool = Pool::start(
+            PoolSettings {
+                connect_timeout_secs: 5,
+                tool_cache_ttl_secs: 3600,
+                idle_timeout_secs: 3600,
+                default_call_timeout_secs: 5,
+                max_call_timeout_secs: 60,
+                max_connections_per_user: 10,
+                max_stdio_processes: 10,
+                inherited_env: Vec::new(),
+            },
+            Default::default(),
+        )
+        .await
+        .expect("pool");
+        let mut keys = Vec::new();
+        for n in 0..1000 {
+            let user = UserId::parse(&format!("user{n}")).expect("user");
+            let server = embedded_runtime(&user);
+            let key = ConnectionKey {
+                user,
+                server: server.server.id,
+            };
+            let lease = pool
+                .lease(&key, || async {
+                    Ok::<_, mcp_pool::pool::PoolError>(server)
+                })
+                .await
+                .expect("lease");
+            pool.tools(&lease).await.expect("tools");
+            keys.push(key);
+        }
+        (pool, keys)
+    });
+    let key = &keys[500];
+    let never = || async { Err::<Arc<ServerRuntime>, _>(mcp_pool::pool::PoolError::Stopped) };
+    c.bench_function("pool/lease_warm_of_1000", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { pool.lease(black_box(key), never).await.expect("warm") })
+    });
+    let lease = runtime.block_on(pool.lease(key, never)).expect("warm");
+    c.bench_function("pool/tools_cache_hit", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { pool.tools(black_box(&lease)).await.expect("cached") })
+    });
+    drop(lease);
+    runtime.block_on(pool.shutdown());
+}
+
+criterion_group!(benches, tool_names, prompt_mode, tool_catalog, registry);
+criterion_main!(benches);

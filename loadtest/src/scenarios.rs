@@ -1,0 +1,8 @@
+//! One module per scenario; each starts what it needs, prints a table (or `--json`) and
+//! stops everything it started.
+
+pub mod actors;
+pub mod call_overhead;
+pub mod chat;
+pub mod confirmations;
+pub mod soak;
