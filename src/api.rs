@@ -15,6 +15,7 @@ mod health;
 mod keys;
 mod messages;
 mod metrics;
+mod openapi;
 mod presets;
 mod servers;
 mod upstream;
@@ -27,6 +28,9 @@ use axum::http::{Request, Uri};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_swagger_ui::SwaggerUi;
 
 pub use error::ApiError;
 
@@ -44,19 +48,10 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.server.max_body_bytes;
-    Router::new()
-        .merge(health::routes())
-        .merge(metrics::routes())
-        .merge(servers::routes())
-        .merge(assistants::routes())
-        .merge(presets::routes())
-        .merge(keys::routes())
-        .merge(upstream::routes())
-        .merge(connections::routes())
-        .merge(messages::routes())
-        .merge(events::routes())
-        .merge(chat::routes())
-        .merge(gateway::routes(&state))
+    let (rest, mut spec) = documented_routes().split_for_parts();
+    utoipa::Modify::modify(&openapi::SharedParts, &mut spec);
+    rest.merge(gateway::mcp_endpoint(&state))
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(
@@ -89,4 +84,21 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// Every REST route with its OpenAPI operation (see `openapi.rs`).
+fn documented_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(health::routes())
+        .merge(metrics::routes())
+        .merge(servers::routes())
+        .merge(assistants::routes())
+        .merge(presets::routes())
+        .merge(keys::routes())
+        .merge(upstream::routes())
+        .merge(connections::routes())
+        .merge(messages::routes())
+        .merge(events::routes())
+        .merge(chat::routes())
+        .merge(gateway::routes())
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests talk to: the reference MCP server (npm) and the reference Python
-# MCP client (PyPI). Idempotent; nothing is downloaded while the tests run.
+# Installs what the tests talk to: the reference MCP server (npm), the reference Python
+# MCP client and schemathesis (PyPI). Idempotent; nothing is downloaded while the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,28 +1,34 @@
 //! `/api/assistants/{id}/mcp-servers`: which of the caller's servers an assistant uses.
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json as JsonResponse, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
 use super::error::ApiError;
 use super::extract::{Json, Path, Query};
+use super::openapi::ExternalId;
 use crate::domain::AssistantId;
 use crate::error::Error;
 use crate::services::AssistantTool;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/assistants/{id}/mcp-servers", get(read).put(replace))
-        .route("/api/assistants/{id}/tools", get(tools))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(read, replace))
+        .routes(routes!(tools))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ToolsQuery {
+    /// `openai`, `anthropic` or `mcp` (the default).
+    #[param(pattern = "^(openai|anthropic|mcp)$")]
     format: Option<String>,
 }
 
@@ -42,6 +48,10 @@ fn tool_in_format(format: &str, tool: &AssistantTool) -> Value {
     }
 }
 
+/// The enabled tools of the assistant's active servers, named `mcp__{server}__{tool}`,
+/// in a model API's shape; servers that fail are listed under `unavailable`.
+#[utoipa::path(get, path = "/api/assistants/{id}/tools", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)"), ToolsQuery), responses((status = OK, body = Value)))]
 async fn tools(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -83,7 +93,7 @@ async fn tools(
     })))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Bindings {
     assistant_id: String,
@@ -99,13 +109,17 @@ impl Bindings {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct BindRequest {
+    /// The caller's server ids, in the order the assistant should list them.
     #[serde(alias = "mcpServerIds")]
     server_ids: Vec<String>,
 }
 
+/// The servers bound to the assistant, in the user's order.
+#[utoipa::path(get, path = "/api/assistants/{id}/mcp-servers", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), responses((status = OK, body = Bindings)))]
 async fn read(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -120,6 +134,9 @@ async fn read(
     Ok(JsonResponse(Bindings::new(&assistant, ids)))
 }
 
+/// Replaces the bindings (only the caller's servers).
+#[utoipa::path(put, path = "/api/assistants/{id}/mcp-servers", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), request_body = BindRequest, responses((status = OK, body = Bindings)))]
 async fn replace(
     State(state): State<AppState>,
     ctx: UserContext,

@@ -8,51 +8,62 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::routing::{get, post};
-use axum::{Json as JsonResponse, Router};
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
 use super::error::ApiError;
 use super::extract::{Json, Path, Query};
+use super::openapi::ExternalId;
 use crate::agent::{ChatEvent, ChatInput, ChatOutcome};
 use crate::confirm::TOOL_CALL_EVENT;
 use crate::domain::AssistantId;
 use crate::error::Error;
 use crate::llm::ToolMode;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/chat", post(chat_stream))
-        .route("/api/chat/message", post(chat_message))
-        .route("/api/chat/tools", get(tools))
-        .route("/api/chat/conversations/{id}", get(conversation))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat_stream))
+        .routes(routes!(chat_message))
+        .routes(routes!(tools))
+        .routes(routes!(conversation))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ModelChoice {
+    /// A provider configured under `[llm.providers]`.
     provider: String,
+    #[schema(min_length = 1, max_length = 256)]
     name: String,
     tool_mode: Option<ToolMode>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ChatRequest {
+    #[schema(value_type = ExternalId)]
     assistant_id: String,
+    /// A UUID: continue this conversation; a new one is created when omitted or unknown.
+    #[schema(format = Uuid)]
     conversation_id: Option<String>,
+    #[schema(min_length = 1)]
     message: String,
     model: ModelChoice,
     system_prompt: Option<String>,
+    /// At most `agent.max_tool_rounds`.
+    #[schema(minimum = 1)]
     max_rounds: Option<u32>,
 }
 
@@ -160,6 +171,9 @@ fn spawn_turn(turn: crate::agent::PreparedTurn) -> (mpsc::UnboundedReceiver<Chat
     (receiver, cancel.drop_guard())
 }
 
+/// Runs the agent loop, streamed as server-sent events (README, Chat).
+#[utoipa::path(post, path = "/api/chat", tag = "chat", request_body = ChatRequest,
+    responses((status = OK, body = String, content_type = "text/event-stream")))]
 async fn chat_stream(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -185,6 +199,10 @@ async fn chat_stream(
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(heartbeat)))
 }
 
+/// The same turn without streaming (seed 000):
+/// `{conversationId, userMessageId, messageId, content, toolCalls, finishReason, rounds}`.
+#[utoipa::path(post, path = "/api/chat/message", tag = "chat", request_body = ChatRequest,
+    responses((status = OK, body = Value)))]
 async fn chat_message(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -206,12 +224,17 @@ async fn chat_message(
     Err(Error::Unexpected(anyhow::anyhow!("the chat turn ended without an outcome")).into())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ToolsQuery {
+    #[param(value_type = ExternalId)]
     assistant_id: String,
 }
 
+/// Seed 000's tool list for an assistant: `{tools, unavailable}`.
+#[utoipa::path(get, path = "/api/chat/tools", tag = "chat", params(ToolsQuery),
+    responses((status = OK, body = Value)))]
 async fn tools(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -251,14 +274,20 @@ async fn tools(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct HistoryQuery {
+    /// The newest this many messages (1 to 1000).
     limit: Option<u64>,
 }
 
 /// Most messages one `GET /api/chat/conversations/{id}` returns.
 const MAX_HISTORY_PAGE: u64 = 1000;
 
+/// A conversation with its messages, oldest first.
+#[utoipa::path(get, path = "/api/chat/conversations/{id}", tag = "chat",
+    params(("id" = String, Path, description = "The conversation's id (a UUID)"), HistoryQuery),
+    responses((status = OK, body = Value)))]
 async fn conversation(
     State(state): State<AppState>,
     ctx: UserContext,

@@ -1,39 +1,46 @@
 //! `/admin/connections`: every live (user, server) connection, stop and refresh;
 //! `/admin/stats`: the service's counts at a glance.
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
-use axum::{Json as JsonResponse, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::AdminContext;
 use super::error::ApiError;
 use super::extract::{Path, Query};
+use super::openapi::ExternalId;
 use crate::pool::{ConnectionCensus, ConnectionInfo};
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/admin/connections", get(list))
-        .route("/admin/stats", get(stats))
-        .route("/admin/connections/{user}/{server}", delete(stop))
-        .route("/admin/connections/{user}/{server}/refresh", post(refresh))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(stats))
+        .routes(routes!(stop))
+        .routes(routes!(refresh))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Connection)]
 pub struct ConnectionView {
     user_id: String,
     server_id: String,
     server_name: String,
     transport: &'static str,
+    /// `disconnected`, `connecting`, `connected` or `error`.
     state: &'static str,
     connected_at: Option<DateTime<Utc>>,
     last_active_at: DateTime<Utc>,
     last_error: Option<String>,
+    /// `{name, version}` as the server reported them.
+    #[schema(value_type = Option<Object>)]
     server_info: Option<Value>,
 }
 
@@ -56,8 +63,9 @@ impl From<ConnectionInfo> for ConnectionView {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     /// Only this user's connections.
     user_id: Option<String>,
@@ -65,6 +73,9 @@ struct ListQuery {
     state: Option<String>,
 }
 
+/// Every live (user, server) connection.
+#[utoipa::path(get, path = "/admin/connections", tag = "admin",
+    params(ListQuery), responses((status = OK, body = Value)))]
 async fn list(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -92,6 +103,9 @@ async fn list(
     JsonResponse(json!({ "count": connections.len(), "connections": connections }))
 }
 
+/// Counts: connections by state and stdio, messages with open tool calls.
+#[utoipa::path(get, path = "/admin/stats", tag = "admin",
+    responses((status = OK, body = Value)))]
 async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
     let census = ConnectionCensus::of(&state.services.upstream.connections());
     JsonResponse(json!({
@@ -108,6 +122,9 @@ async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonRespo
     }))
 }
 
+/// Stops the connection now (its process is killed before the answer).
+#[utoipa::path(delete, path = "/admin/connections/{user}/{server}", tag = "admin",
+    params(("user" = ExternalId, Path, description = "The user's id"), ("server" = String, Path, description = "The server's id")), responses((status = NO_CONTENT)))]
 async fn stop(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -121,6 +138,9 @@ async fn stop(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Drops the connection's cached lists and any reconnect backoff.
+#[utoipa::path(post, path = "/admin/connections/{user}/{server}/refresh", tag = "admin",
+    params(("user" = ExternalId, Path, description = "The user's id"), ("server" = String, Path, description = "The server's id")), responses((status = OK, body = ConnectionView)))]
 async fn refresh(
     State(state): State<AppState>,
     _admin: AdminContext,

@@ -43,15 +43,21 @@ pub enum ApiError {
     Panic,
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+/// The body of every error answer.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(super) struct ErrorBody<'a> {
     error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ErrorDetail<'a> {
+    /// Stable, upper snake case: what a program branches on (e.g. `MCP_SERVER_NOT_FOUND`).
+    #[schema(example = "MCP_SERVER_NOT_FOUND")]
     code: &'a str,
+    /// For people: what went wrong and, where it helps, what to do.
     message: String,
+    /// One line per problem where there are several (schema violations).
     #[serde(skip_serializing_if = "Option::is_none")]
     details: Option<&'a [String]>,
 }

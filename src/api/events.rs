@@ -4,20 +4,20 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::routing::get;
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::UserContext;
 use crate::events;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/events", get(stream))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(stream))
 }
 
 fn to_sse(event: &events::Event) -> Event {
@@ -27,6 +27,12 @@ fn to_sse(event: &events::Event) -> Event {
         .data(event.data.to_string())
 }
 
+/// The caller's events (`assistant.toolCall.updated` `{messageId, toolCall}`), resumable
+/// with `Last-Event-ID`, heartbeat comments while idle.
+#[utoipa::path(get, path = "/api/events", tag = "tool-calls",
+    params(("Last-Event-ID" = Option<String>, Header,
+        description = "Resume after this event id; an id this stream did not send is ignored")),
+    responses((status = OK, body = String, content_type = "text/event-stream")))]
 async fn stream(
     State(state): State<AppState>,
     ctx: UserContext,

@@ -10,24 +10,29 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
 use axum::{Json as JsonResponse, Router};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::{UserContext, gateway_principal};
 use super::error::ApiError;
 use super::extract::{Json, Path};
+use super::openapi::ExternalId;
 use crate::domain::AssistantId;
 use crate::gateway::GatewayHandler;
 use crate::store::GatewayToken;
 
 pub const GATEWAY_PATH: &str = "/mcp/assistants/{id}";
 
-pub fn routes(state: &AppState) -> Router<AppState> {
+/// The MCP endpoint: rmcp's streamable HTTP service behind the token check. Documented by
+/// hand ([`gateway_endpoint`]): it speaks MCP, not REST.
+pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
     let settings = &state.settings;
     let mut config = StreamableHttpServerConfig::default();
     config.cancellation_token = state.shutdown.child_token();
@@ -43,26 +48,31 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Router::new()
-        .route_service(GATEWAY_PATH, mcp)
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            authenticate,
-        ))
-        .route(
-            "/api/assistants/{id}/gateway-tokens",
-            get(list_tokens).post(create_token),
-        )
-        .route(
-            "/api/assistants/{id}/gateway-tokens/{token}",
-            delete(delete_token),
-        )
-        .route(
-            "/api/assistants/{id}/xiaozhi",
-            get(read_bridge).put(put_bridge).delete(delete_bridge),
-        )
-        .route("/admin/xiaozhi", get(bridge_statuses))
-        .route("/admin/global-servers", get(global_servers))
+    Router::new().route_service(GATEWAY_PATH, mcp).route_layer(
+        axum::middleware::from_fn_with_state(state.clone(), authenticate),
+    )
+}
+
+/// The assistant's servers as one streamable-HTTP MCP server (JSON-RPC 2.0, MCP
+/// 2025-03-26 to 2025-11-25): POST requests and notifications, GET the server's stream,
+/// DELETE to end the session (`Mcp-Session-Id`). Tools are named `{server}.{tool}`.
+#[utoipa::path(post, path = "/mcp/assistants/{id}", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")),
+    request_body(content = Object, description = "A JSON-RPC message"),
+    responses(
+        (status = OK, description = "A JSON-RPC response, as JSON or as an SSE stream",
+            content((Object = "application/json"), (String = "text/event-stream"))),
+        (status = ACCEPTED, description = "A notification or response was accepted")))]
+#[allow(dead_code)] // Documents the rmcp service mounted by `mcp_endpoint`.
+pub(super) fn gateway_endpoint() {}
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_tokens, create_token))
+        .routes(routes!(delete_token))
+        .routes(routes!(read_bridge, put_bridge, delete_bridge))
+        .routes(routes!(bridge_statuses))
+        .routes(routes!(global_servers))
 }
 
 /// Lets a request through to the MCP service only with a token of the assistant in the
@@ -95,12 +105,16 @@ fn token_view(token: &GatewayToken) -> Value {
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateToken {
+    #[schema(min_length = 1, max_length = 128)]
     name: String,
 }
 
+/// Creates a gateway token: `{id, name, prefix, token, endpoint}`; the token is shown once.
+#[utoipa::path(post, path = "/api/assistants/{id}/gateway-tokens", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), request_body = CreateToken, responses((status = CREATED, body = Value)))]
 async fn create_token(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -119,6 +133,9 @@ async fn create_token(
     Ok((StatusCode::CREATED, JsonResponse(view)).into_response())
 }
 
+/// The assistant's gateway tokens, by prefix only: `{tokens}`.
+#[utoipa::path(get, path = "/api/assistants/{id}/gateway-tokens", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), responses((status = OK, body = Value)))]
 async fn list_tokens(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -131,6 +148,10 @@ async fn list_tokens(
     ))
 }
 
+/// Deletes a token; it stops working at once.
+#[utoipa::path(delete, path = "/api/assistants/{id}/gateway-tokens/{tokenId}", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id"), ("tokenId" = String, Path, description = "The token's id")),
+    responses((status = NO_CONTENT)))]
 async fn delete_token(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -145,10 +166,11 @@ async fn delete_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PutBridge {
     /// `wss://…?token=…`, as the voice platform gives it.
+    #[schema(format = "uri")]
     endpoint: String,
     enabled: Option<bool>,
 }
@@ -164,6 +186,9 @@ fn bridge_view(bridge: &XiaozhiBridge, status: &BridgeStatus) -> Value {
     })
 }
 
+/// Creates or replaces the assistant's Xiaozhi bridge.
+#[utoipa::path(put, path = "/api/assistants/{id}/xiaozhi", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), request_body = PutBridge, responses((status = OK, body = Value)))]
 async fn put_bridge(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -184,6 +209,9 @@ async fn put_bridge(
     Ok(JsonResponse(bridge_view(&bridge, &status)))
 }
 
+/// The bridge: `{endpoint (query hidden), enabled, status}`.
+#[utoipa::path(get, path = "/api/assistants/{id}/xiaozhi", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), responses((status = OK, body = Value)))]
 async fn read_bridge(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -194,6 +222,9 @@ async fn read_bridge(
     Ok(JsonResponse(bridge_view(&bridge, &status)))
 }
 
+/// Stops and deletes the bridge.
+#[utoipa::path(delete, path = "/api/assistants/{id}/xiaozhi", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), responses((status = NO_CONTENT)))]
 async fn delete_bridge(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -204,6 +235,9 @@ async fn delete_bridge(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Every running Xiaozhi bridge and its state.
+#[utoipa::path(get, path = "/admin/xiaozhi", tag = "admin",
+    responses((status = OK, body = Value)))]
 async fn bridge_statuses(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -211,6 +245,9 @@ async fn bridge_statuses(
     JsonResponse(json!({"bridges": state.services.xiaozhi.statuses()}))
 }
 
+/// The global servers file: `{file, loadedAt, lastError, servers}`.
+#[utoipa::path(get, path = "/admin/global-servers", tag = "admin",
+    responses((status = OK, body = Value)))]
 async fn global_servers(
     State(state): State<AppState>,
     _admin: AdminContext,

@@ -1,29 +1,44 @@
 //! `/healthz` (the process answers) and `/readyz` (it can reach its database).
 
+use axum::Json;
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[derive(Serialize, ToSchema)]
+struct Health {
+    /// `ok` (liveness) or `ready` (readiness).
+    #[schema(example = "ok")]
+    status: &'static str,
 }
 
-async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = OK, body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: the database is reachable (503 `NOT_READY` otherwise).
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = OK, body = Health)))]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     state
         .services
         .store
         .ping()
         .await
         .map_err(|e| ApiError::NotReady(e.to_string()))?;
-    Ok(Json(json!({ "status": "ready" })))
+    Ok(Json(Health { status: "ready" }))
 }

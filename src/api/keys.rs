@@ -1,11 +1,13 @@
 //! `/admin/keys`: service and admin API keys.
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{delete, get};
-use axum::{Json as JsonResponse, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::AdminContext;
@@ -14,17 +16,19 @@ use super::extract::{Json, Path};
 use crate::security::ApiKeyRole;
 use crate::store::ApiKeyRecord;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/admin/keys", get(list).post(create))
-        .route("/admin/keys/{id}", delete(revoke))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(revoke))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ApiKey)]
 struct KeyView {
     id: String,
     name: String,
+    /// `service` or `admin`.
     role: &'static str,
     /// The first characters of the key, to tell keys apart.
     prefix: String,
@@ -49,17 +53,23 @@ impl KeyView {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct KeyList {
     keys: Vec<KeyView>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct CreateKey {
+    #[schema(min_length = 1, max_length = 128)]
     name: String,
+    /// `service` or `admin`.
+    #[schema(pattern = "^(service|admin)$")]
     role: String,
 }
 
+/// Every key, by prefix only.
+#[utoipa::path(get, path = "/admin/keys", tag = "admin",
+    responses((status = OK, body = KeyList)))]
 async fn list(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -70,6 +80,9 @@ async fn list(
     }))
 }
 
+/// Creates a key; the key itself is in this answer only.
+#[utoipa::path(post, path = "/admin/keys", tag = "admin",
+    request_body = CreateKey, responses((status = CREATED, body = KeyView)))]
 async fn create(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -83,6 +96,10 @@ async fn create(
     ))
 }
 
+/// Revokes a key (the last admin key cannot be revoked).
+#[utoipa::path(delete, path = "/admin/keys/{id}", tag = "admin",
+    params(("id" = String, Path, description = "The key's id")),
+    responses((status = OK, body = KeyView)))]
 async fn revoke(
     State(state): State<AppState>,
     _admin: AdminContext,

@@ -1,46 +1,71 @@
 //! `/api/messages/{id}/tool-calls`, `/tool-confirm` and `GET /api/messages/{id}` (seed 001).
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json as JsonResponse, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::AppState;
 use super::auth::UserContext;
 use super::error::ApiError;
 use super::extract::{Json, Path, Query};
+use super::openapi::ExternalId;
 use crate::confirm::Waited;
 use crate::domain::{AssistantId, ToolCallRecord};
 use crate::error::Error;
 use crate::services::ModelToolCall;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/messages/{id}", get(read))
-        .route("/api/messages/{id}/tool-calls", post(tool_calls))
-        .route("/api/messages/{id}/tool-confirm", post(confirm))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(read))
+        .routes(routes!(tool_calls))
+        .routes(routes!(confirm))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ToolCallsRequest {
+    #[schema(value_type = ExternalId)]
     assistant_id: String,
+    /// The conversation is created for the caller when it does not exist.
+    #[schema(format = Uuid)]
     conversation_id: Option<String>,
     calls: Vec<ModelToolCall>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WaitQuery {
+    /// Seconds to wait for every call to settle (200) before answering 202.
     wait: Option<u64>,
+}
+
+/// An assistant message's tool calls.
+#[derive(ToSchema)]
+#[allow(dead_code)] // The shape `body` builds, for the OpenAPI document.
+struct ToolCalls {
+    #[schema(rename = "messageId")]
+    message_id: String,
+    #[schema(rename = "toolCalls")]
+    tool_calls: Vec<ToolCallRecord>,
 }
 
 fn body(message: &str, records: &[ToolCallRecord]) -> JsonResponse<Value> {
     JsonResponse(json!({"messageId": message, "toolCalls": records}))
 }
 
+/// Runs the model's tool calls for an assistant message: auto-approved tools at once, others
+/// parked `pending`; unknown tools and bad arguments become `error` records. 202 with the
+/// records, or with `wait` 200 once all settled.
+#[utoipa::path(post, path = "/api/messages/{id}/tool-calls", tag = "tool-calls",
+    params(("id" = String, Path, description = "The assistant message's id (a UUID)"), WaitQuery), request_body = ToolCallsRequest, responses(
+        (status = ACCEPTED, body = ToolCalls, description = "Some calls are still open"),
+        (status = OK, body = ToolCalls, description = "Every call settled within `wait`")))]
 async fn tool_calls(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -67,13 +92,17 @@ async fn tool_calls(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ConfirmRequest {
     tool_call_id: String,
     approved: bool,
 }
 
+/// Approves (→ `invoking` → `done`/`error`) or rejects (→ `cancelled`) a parked call:
+/// `{messageId, toolCall}`.
+#[utoipa::path(post, path = "/api/messages/{id}/tool-confirm", tag = "tool-calls",
+    params(("id" = String, Path, description = "The assistant message's id (a UUID)")), request_body = ConfirmRequest, responses((status = OK, body = Value)))]
 async fn confirm(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -88,6 +117,9 @@ async fn confirm(
     Ok(JsonResponse(json!({"messageId": id, "toolCall": record})))
 }
 
+/// The message with its tool call records.
+#[utoipa::path(get, path = "/api/messages/{id}", tag = "tool-calls",
+    params(("id" = String, Path, description = "The assistant message's id (a UUID)")), responses((status = OK, body = Value)))]
 async fn read(
     State(state): State<AppState>,
     ctx: UserContext,

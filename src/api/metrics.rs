@@ -5,21 +5,24 @@
 
 use std::time::Instant;
 
-use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use crate::metrics::{HttpLabels, LiveCounts};
 use crate::pool::ConnectionCensus;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(scrape))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(scrape))
 }
 
+/// Prometheus/OpenMetrics text; no tenant ids (README, Metrics).
+#[utoipa::path(get, path = "/metrics", tag = "health", responses(
+    (status = OK, body = String, content_type = "application/openmetrics-text")))]
 async fn scrape(State(state): State<AppState>) -> Response {
     let services = &state.services;
     let live = LiveCounts {

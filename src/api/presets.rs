@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json as JsonResponse, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::{AdminContext, UserContext};
@@ -16,18 +18,16 @@ use super::extract::{Json, Path};
 use crate::domain::{Preset, Slot};
 use crate::services::PresetInput;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/presets", get(list_for_user))
-        .route("/admin/presets", get(list).post(create))
-        .route(
-            "/admin/presets/{name}",
-            get(read).put(replace).delete(remove),
-        )
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_for_user))
+        .routes(routes!(list, create))
+        .routes(routes!(read, replace, remove))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Slot)]
 struct SlotView {
     name: String,
     description: String,
@@ -48,8 +48,9 @@ impl From<Slot> for SlotView {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Preset)]
 struct PresetView {
     name: String,
     description: String,
@@ -82,7 +83,7 @@ impl From<Preset> for PresetView {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct PresetList {
     presets: Vec<PresetView>,
 }
@@ -94,6 +95,9 @@ async fn all_presets(state: &AppState) -> Result<JsonResponse<PresetList>, ApiEr
     }))
 }
 
+/// The stdio presets users may choose from.
+#[utoipa::path(get, path = "/api/presets", tag = "presets",
+    responses((status = OK, body = PresetList)))]
 async fn list_for_user(
     State(state): State<AppState>,
     _ctx: UserContext,
@@ -101,6 +105,9 @@ async fn list_for_user(
     all_presets(&state).await
 }
 
+/// Every preset (the stdio allow-list).
+#[utoipa::path(get, path = "/admin/presets", tag = "presets",
+    responses((status = OK, body = PresetList)))]
 async fn list(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -108,6 +115,9 @@ async fn list(
     all_presets(&state).await
 }
 
+/// Adds a preset.
+#[utoipa::path(post, path = "/admin/presets", tag = "presets",
+    request_body = PresetInput, responses((status = CREATED, body = PresetView)))]
 async fn create(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -117,6 +127,9 @@ async fn create(
     Ok((StatusCode::CREATED, JsonResponse(preset.into())))
 }
 
+/// One preset.
+#[utoipa::path(get, path = "/admin/presets/{name}", tag = "presets",
+    params(("name" = String, Path, description = "The preset's name")), responses((status = OK, body = PresetView)))]
 async fn read(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -127,6 +140,9 @@ async fn read(
     ))
 }
 
+/// Replaces a preset; servers using it restart with the new definition.
+#[utoipa::path(put, path = "/admin/presets/{name}", tag = "presets",
+    params(("name" = String, Path, description = "The preset's name")), request_body = PresetInput, responses((status = OK, body = PresetView)))]
 async fn replace(
     State(state): State<AppState>,
     _admin: AdminContext,
@@ -138,6 +154,9 @@ async fn replace(
     ))
 }
 
+/// Deletes a preset (409 `CONFLICT` while servers use it).
+#[utoipa::path(delete, path = "/admin/presets/{name}", tag = "presets",
+    params(("name" = String, Path, description = "The preset's name")), responses((status = NO_CONTENT)))]
 async fn remove(
     State(state): State<AppState>,
     _admin: AdminContext,

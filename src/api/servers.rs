@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json as JsonResponse, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::UserContext;
@@ -16,21 +18,20 @@ use super::extract::{Json, Path};
 use crate::domain::{McpServer, Transport};
 use crate::services::ServerInput;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/mcp-servers", get(list).post(create))
-        .route(
-            "/api/mcp-servers/{id}",
-            get(read).put(update).delete(remove),
-        )
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(read, update, remove))
 }
 
 /// A server as users see it: secrets masked, only the fields of its transport present.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Server)]
 pub struct ServerView {
     id: String,
     name: String,
+    /// `stdio`, `sse`, `streamableHttp` or `embedded`.
     #[serde(rename = "type")]
     transport: &'static str,
     is_active: bool,
@@ -97,11 +98,14 @@ impl From<McpServer> for ServerView {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct ServerList {
     servers: Vec<ServerView>,
 }
 
+/// The caller's servers, secrets masked.
+#[utoipa::path(get, path = "/api/mcp-servers", tag = "servers",
+    responses((status = OK, body = ServerList)))]
 async fn list(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -112,6 +116,9 @@ async fn list(
     }))
 }
 
+/// Creates a server; the transport is inferred from the URL when `type` is omitted.
+#[utoipa::path(post, path = "/api/mcp-servers", tag = "servers",
+    request_body = ServerInput, responses((status = CREATED, body = ServerView)))]
 async fn create(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -121,6 +128,9 @@ async fn create(
     Ok((StatusCode::CREATED, JsonResponse(server.into())))
 }
 
+/// One server.
+#[utoipa::path(get, path = "/api/mcp-servers/{id}", tag = "servers",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = ServerView)))]
 async fn read(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -131,6 +141,9 @@ async fn read(
     ))
 }
 
+/// Fields sent replace, fields omitted are kept; `"********"` keeps a stored secret.
+#[utoipa::path(put, path = "/api/mcp-servers/{id}", tag = "servers",
+    params(("id" = String, Path, description = "The server's id")), request_body = ServerInput, responses((status = OK, body = ServerView)))]
 async fn update(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -147,6 +160,9 @@ async fn update(
     ))
 }
 
+/// Deletes the server, stops its connection and unbinds it from every assistant.
+#[utoipa::path(delete, path = "/api/mcp-servers/{id}", tag = "servers",
+    params(("id" = String, Path, description = "The server's id")), responses((status = NO_CONTENT)))]
 async fn remove(
     State(state): State<AppState>,
     ctx: UserContext,

@@ -1,12 +1,14 @@
 //! Using a server: `/api/mcp-servers/{id}/connect|tools|resources|prompts` and seed 000's
 //! `/api/mcp/servers/{id}/health`.
 
+use axum::Json as JsonResponse;
 use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json as JsonResponse, Router};
 use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::UserContext;
@@ -16,22 +18,26 @@ use super::extract::{Json, Path};
 use crate::domain::tool_name::display_name;
 use crate::error::Error;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/mcp-servers/{id}/connect", post(connect))
-        .route("/api/mcp-servers/{id}/tools", get(tools))
-        .route("/api/mcp-servers/{id}/tools/{tool}/call", post(call_tool))
-        .route("/api/mcp-servers/{id}/resources", get(resources))
-        .route("/api/mcp-servers/{id}/resources/read", post(read_resource))
-        .route("/api/mcp-servers/{id}/prompts", get(prompts))
-        .route("/api/mcp-servers/{id}/prompts/{name}", post(get_prompt))
-        .route("/api/mcp/servers/{id}/health", get(health))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(connect))
+        .routes(routes!(tools))
+        .routes(routes!(call_tool))
+        .routes(routes!(resources))
+        .routes(routes!(read_resource))
+        .routes(routes!(prompts))
+        .routes(routes!(get_prompt))
+        .routes(routes!(health))
 }
 
 fn millis(duration: std::time::Duration) -> f64 {
     (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0
 }
 
+/// Connects now (or reuses the live connection) and lists the tools:
+/// `{status, serverInfo, protocolVersion, toolCount, latencyMs}`.
+#[utoipa::path(post, path = "/api/mcp-servers/{id}/connect", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = Value)))]
 async fn connect(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -62,6 +68,9 @@ struct ToolView {
     is_auto_approve: bool,
 }
 
+/// The server's tools with the user's settings: `{serverId, serverName, tools}` (cached 5 min).
+#[utoipa::path(get, path = "/api/mcp-servers/{id}/tools", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = Value)))]
 async fn tools(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -88,13 +97,20 @@ async fn tools(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CallRequest {
+    /// Checked against the tool's `inputSchema` before the call.
     #[serde(default)]
+    #[schema(value_type = Object)]
     arguments: Value,
 }
 
+/// Calls one tool at once (no approval): the MCP result (`content`, `structuredContent`,
+/// `isError`) plus `progress` and `latencyMs`.
+#[utoipa::path(post, path = "/api/mcp-servers/{id}/tools/{tool}/call", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id"), ("tool" = String, Path, description = "The tool's name on that server")),
+    request_body = CallRequest, responses((status = OK, body = Value)))]
 async fn call_tool(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -128,6 +144,9 @@ async fn call_tool(
     Ok(JsonResponse(body))
 }
 
+/// `{resources, resourceTemplates}`.
+#[utoipa::path(get, path = "/api/mcp-servers/{id}/resources", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = Value)))]
 async fn resources(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -140,12 +159,16 @@ async fn resources(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadRequest {
+    #[schema(min_length = 1, max_length = 4096)]
     uri: String,
 }
 
+/// Reads one resource: `{contents}`.
+#[utoipa::path(post, path = "/api/mcp-servers/{id}/resources/read", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), request_body = ReadRequest, responses((status = OK, body = Value)))]
 async fn read_resource(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -162,6 +185,9 @@ async fn read_resource(
     ))
 }
 
+/// `{prompts}`.
+#[utoipa::path(get, path = "/api/mcp-servers/{id}/prompts", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = Value)))]
 async fn prompts(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -171,13 +197,18 @@ async fn prompts(
     Ok(JsonResponse(json!({ "prompts": *prompts })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PromptRequest {
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     arguments: Option<JsonObject>,
 }
 
+/// Gets one prompt: `{description, messages}`.
+#[utoipa::path(post, path = "/api/mcp-servers/{id}/prompts/{name}", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id"), ("name" = String, Path, description = "The prompt's name")),
+    request_body = PromptRequest, responses((status = OK, body = Value)))]
 async fn get_prompt(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -194,6 +225,10 @@ async fn get_prompt(
     ))
 }
 
+/// Seed 000's health check: a ping through the pool,
+/// `{status: healthy|unhealthy, latencyMs, connection, error}`.
+#[utoipa::path(get, path = "/api/mcp/servers/{id}/health", tag = "upstream",
+    params(("id" = String, Path, description = "The server's id")), responses((status = OK, body = Value)))]
 async fn health(
     State(state): State<AppState>,
     ctx: UserContext,

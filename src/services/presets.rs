@@ -11,7 +11,7 @@ use crate::domain::{Preset, PresetSpec, SecretMap, Slot};
 use crate::error::{Error, Resource, Result};
 use crate::store::{Store, StoreError};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SlotInput {
     pub name: String,
@@ -24,13 +24,15 @@ pub struct SlotInput {
 }
 
 /// A whole preset as the admin sends it (create and replace).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PresetInput {
     /// Required on create; on replace it may be omitted or must equal the path's name.
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$")]
     pub name: Option<String>,
     #[serde(default)]
     pub description: String,
+    #[schema(min_length = 1)]
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,

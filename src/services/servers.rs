@@ -19,11 +19,15 @@ use crate::store::{Store, StoreError};
 
 /// Fields a user may send when creating or updating a server. Every field is optional so
 /// the same shape serves both: on update, an absent (or null) field keeps its value.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerInput {
+    /// Unique per user, 1 to 64 characters; required on create.
+    #[schema(min_length = 1, max_length = 64)]
     pub name: Option<String>,
+    /// `stdio`, `sse`, `streamableHttp` or `embedded`; inferred from the URL when omitted.
     #[serde(rename = "type")]
+    #[schema(pattern = "^(stdio|sse|streamableHttp|embedded)$")]
     pub transport: Option<String>,
     pub is_active: Option<bool>,
     #[serde(alias = "url")]

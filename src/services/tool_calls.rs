@@ -18,9 +18,10 @@ use crate::error::{Error, Resource, Result};
 use crate::store::{Ownership, Store, StoredMessage};
 
 /// One call as the model produced it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelToolCall {
+    #[schema(min_length = 1, max_length = 128)]
     pub id: String,
     pub name: String,
     /// An object, or a JSON string of one (OpenAI sends arguments as a string).

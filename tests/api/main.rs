@@ -15,6 +15,7 @@ mod keys;
 mod llm_script;
 mod logging;
 mod metrics;
+mod openapi;
 mod persistence;
 mod pool_faults;
 mod pool_transports;
