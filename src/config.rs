@@ -204,6 +204,9 @@ pub struct AuthSettings {
 pub struct LogSettings {
     pub filter: String,
     pub format: LogFormat,
+    /// Empty: no OpenTelemetry export.
+    pub otlp_endpoint: String,
+    pub otlp_service_name: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -341,6 +344,21 @@ impl Settings {
                 key: "gateway.separator",
                 reason: "must be 1 to 3 of the characters . _ - / :".into(),
             });
+        }
+        if !self.log.otlp_endpoint.is_empty() {
+            if !cfg!(feature = "otlp") {
+                return Err(ConfigError::Invalid {
+                    key: "log.otlp_endpoint",
+                    reason: "this binary was built without the `otlp` feature".into(),
+                });
+            }
+            let parsed = url::Url::parse(&self.log.otlp_endpoint);
+            if !matches!(parsed.as_ref().map(|u| u.scheme()), Ok("http" | "https")) {
+                return Err(ConfigError::Invalid {
+                    key: "log.otlp_endpoint",
+                    reason: "not an http(s) URL".into(),
+                });
+            }
         }
         if self.server.host.trim().is_empty() {
             return Err(ConfigError::Invalid {

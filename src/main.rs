@@ -79,7 +79,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(&settings.log);
+    let _telemetry = telemetry::init(&settings.log);
     match run(cli.command.unwrap_or(Command::Serve), settings).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

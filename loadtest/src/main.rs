@@ -92,9 +92,11 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     // The in-process service logs like the real one when RUST_LOG asks (the faults the
     // scenarios inject would otherwise bury the tables).
-    mcp_pool::telemetry::init(&mcp_pool::config::LogSettings {
+    let _telemetry = mcp_pool::telemetry::init(&mcp_pool::config::LogSettings {
         filter: "off".into(),
         format: mcp_pool::config::LogFormat::Text,
+        otlp_endpoint: String::new(),
+        otlp_service_name: String::new(),
     });
     match cli.scenario {
         Scenario::CallOverhead {

@@ -75,7 +75,8 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
     TRACING.call_once(|| {
         if std::env::var("TEST_LOG").is_ok() {
-            mcp_pool::telemetry::init(&Settings::defaults().log);
+            // Nothing is exported (no OTLP endpoint), so the guard has nothing to keep.
+            let _ = mcp_pool::telemetry::init(&Settings::defaults().log);
         }
     });
     let data_dir = tempfile::tempdir().expect("temp dir");

@@ -136,3 +136,104 @@ async fn actor_work_logs_under_the_request_id_that_started_it() {
     .await;
     child.kill().await.unwrap();
 }
+
+/// With `--features otlp` and `log.otlp_endpoint` set, request spans reach an OTLP/HTTP
+/// collector (here a loopback one keeping what it is sent), flushed at the latest when the
+/// service stops.
+#[cfg(feature = "otlp")]
+#[tokio::test]
+async fn request_spans_are_exported_to_an_otlp_collector() {
+    use axum::body::Bytes;
+    use axum::extract::State;
+
+    type Received = Arc<Mutex<Vec<Bytes>>>;
+    let received: Received = Arc::default();
+    let collector = axum::Router::new()
+        .route(
+            "/v1/traces",
+            axum::routing::post(|State(received): State<Received>, body: Bytes| async move {
+                received.lock().unwrap().push(body);
+                (
+                    [("content-type", "application/x-protobuf")],
+                    Vec::<u8>::new(),
+                )
+            }),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, collector).await });
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-pool"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("MCP_POOL__STORAGE__DATA_DIR", dir.path())
+        .env("MCP_POOL__SERVER__PORT", "0")
+        .env("MCP_POOL__LOG__FORMAT", "json")
+        .env("MCP_POOL__LOG__OTLP_ENDPOINT", &collector_url)
+        .env("MCP_POOL__LOG__OTLP_SERVICE_NAME", "mcp-pool-otlp-test")
+        .env("RUST_LOG", "info")
+        .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    {
+        let lines = lines.clone();
+        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = reader.next_line().await {
+                lines.lock().unwrap().push(line);
+            }
+        });
+    }
+    let listening = wait_for_line(&lines, "saying where it listens", |l| {
+        l.contains("mcp-pool listening")
+    })
+    .await;
+    let listening: Value = serde_json::from_str(&listening).expect("a JSON log line");
+    let port = listening["fields"]["port"].as_u64().expect("port field");
+    let listed = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/api/mcp-servers"))
+        .bearer_auth(ADMIN_KEY)
+        .header("X-User-Id", "u")
+        .header("X-Request-Id", "otlp-req-5d1e")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.status().is_success());
+
+    // SIGTERM: the service stops gracefully and flushes the export on its way out.
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the service stops after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+
+    let contains = |needle: &str| {
+        received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|body| body.windows(needle.len()).any(|w| w == needle.as_bytes()))
+    };
+    assert!(
+        contains("otlp-req-5d1e"),
+        "no exported span carries the request id ({} export requests)",
+        received.lock().unwrap().len()
+    );
+    assert!(
+        contains("mcp-pool-otlp-test"),
+        "the service name is exported"
+    );
+}
