@@ -26,8 +26,15 @@ async fn wait_for_line(
     );
 }
 
-#[tokio::test]
-async fn actor_work_logs_under_the_request_id_that_started_it() {
+/// The binary, serving with JSON logs on a free port; its log lines are collected.
+struct Binary {
+    child: tokio::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    base: String,
+    _data: tempfile::TempDir,
+}
+
+async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-pool"))
         .arg("serve")
@@ -38,6 +45,7 @@ async fn actor_work_logs_under_the_request_id_that_started_it() {
         .env("MCP_POOL__LOG__FORMAT", "json")
         .env("RUST_LOG", "info")
         .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
+        .envs(extra_env.iter().copied())
         .current_dir(dir.path())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -59,7 +67,22 @@ async fn actor_work_logs_under_the_request_id_that_started_it() {
     .await;
     let listening: Value = serde_json::from_str(&listening).expect("a JSON log line");
     let port = listening["fields"]["port"].as_u64().expect("port field");
-    let base = format!("http://127.0.0.1:{port}");
+    Binary {
+        child,
+        lines,
+        base: format!("http://127.0.0.1:{port}"),
+        _data: dir,
+    }
+}
+
+#[tokio::test]
+async fn actor_work_logs_under_the_request_id_that_started_it() {
+    let Binary {
+        mut child,
+        lines,
+        base,
+        _data,
+    } = start_binary(&[]).await;
     let client = reqwest::Client::new();
     let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {
         client
@@ -164,41 +187,18 @@ async fn request_spans_are_exported_to_an_otlp_collector() {
     let collector_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, collector).await });
 
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-pool"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("MCP_POOL__STORAGE__DATA_DIR", dir.path())
-        .env("MCP_POOL__SERVER__PORT", "0")
-        .env("MCP_POOL__LOG__FORMAT", "json")
-        .env("MCP_POOL__LOG__OTLP_ENDPOINT", &collector_url)
-        .env("MCP_POOL__LOG__OTLP_SERVICE_NAME", "mcp-pool-otlp-test")
-        .env("RUST_LOG", "info")
-        .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
-        .current_dir(dir.path())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    {
-        let lines = lines.clone();
-        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = reader.next_line().await {
-                lines.lock().unwrap().push(line);
-            }
-        });
-    }
-    let listening = wait_for_line(&lines, "saying where it listens", |l| {
-        l.contains("mcp-pool listening")
-    })
+    let Binary {
+        mut child,
+        base,
+        _data,
+        ..
+    } = start_binary(&[
+        ("MCP_POOL__LOG__OTLP_ENDPOINT", &collector_url),
+        ("MCP_POOL__LOG__OTLP_SERVICE_NAME", "mcp-pool-otlp-test"),
+    ])
     .await;
-    let listening: Value = serde_json::from_str(&listening).expect("a JSON log line");
-    let port = listening["fields"]["port"].as_u64().expect("port field");
     let listed = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/api/mcp-servers"))
+        .get(format!("{base}/api/mcp-servers"))
         .bearer_auth(ADMIN_KEY)
         .header("X-User-Id", "u")
         .header("X-Request-Id", "otlp-req-5d1e")
