@@ -3,12 +3,15 @@
 # servers usually need (node/npx, python/uvx). Build: docker build -t mcp-pool .
 
 FROM rust:1.95-bookworm AS build
+# The image can export spans (set MCP_POOL__LOG__OTLP_ENDPOINT); `--build-arg FEATURES=`
+# builds without the exporter.
+ARG FEATURES=otlp
 WORKDIR /src
 COPY . .
 # BuildKit caches keep the registry and the target directory between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin mcp-pool \
+    cargo build --release --locked --bin mcp-pool --features "$FEATURES" \
     && cp target/release/mcp-pool /usr/local/bin/mcp-pool
 
 FROM debian:bookworm-slim
