@@ -104,6 +104,29 @@ impl Registry {
     fn len(&self) -> usize {
         self.actors.lock().expect("registry lock").len()
     }
+
+    fn all(&self) -> Vec<ActorRef<ConfirmMsg>> {
+        self.actors
+            .lock()
+            .expect("registry lock")
+            .values()
+            .map(|(_, actor)| actor.clone())
+            .collect()
+    }
+}
+
+/// Asks one actor to cancel its parked calls; how many it cancelled (0 if it did not answer).
+async fn cancel_parked_on(actor: ActorRef<ConfirmMsg>, reason: String, wait: Duration) -> usize {
+    match actor
+        .call(
+            move |reply| ConfirmMsg::CancelParked { reason, reply },
+            Some(wait),
+        )
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(count)) => count,
+        _ => 0,
+    }
 }
 
 #[derive(Clone)]
@@ -302,17 +325,7 @@ impl Confirmations {
         let Lookup::Mine(actor) = self.registry.lookup(user, message) else {
             return 0;
         };
-        let reason = reason.to_owned();
-        match actor
-            .call(
-                move |reply| ConfirmMsg::CancelParked { reason, reply },
-                Some(Duration::from_secs(30)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(count)) => count,
-            _ => 0,
-        }
+        cancel_parked_on(actor, reason.to_owned(), Duration::from_secs(30)).await
     }
 
     /// On start-up: records a previous process left open can never settle; say so.
@@ -346,28 +359,12 @@ impl Confirmations {
     /// Settles every parked call (stored and announced, so no client waits on it), then
     /// stops the actors. Calls already running are settled by the next start.
     pub async fn shutdown(&self) {
-        let actors: Vec<ActorRef<ConfirmMsg>> = self
-            .registry
-            .actors
-            .lock()
-            .expect("registry lock")
-            .values()
-            .map(|(_, actor)| actor.clone())
-            .collect();
-        let cancelled = futures::future::join_all(actors.into_iter().map(|actor| async move {
-            match actor
-                .call(
-                    |reply| ConfirmMsg::CancelParked {
-                        reason: STOPPED_BEFORE_APPROVAL.into(),
-                        reply,
-                    },
-                    Some(Duration::from_secs(5)),
-                )
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(count)) => count,
-                _ => 0,
-            }
+        let cancelled = futures::future::join_all(self.registry.all().into_iter().map(|actor| {
+            cancel_parked_on(
+                actor,
+                STOPPED_BEFORE_APPROVAL.into(),
+                Duration::from_secs(5),
+            )
         }))
         .await
         .into_iter()

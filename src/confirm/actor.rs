@@ -136,24 +136,39 @@ impl ActorState {
             .abort_handle()
     }
 
-    /// Settles one record (if it is still open), persists and announces it.
+    /// Settles the records at `indices` alike in one write, then announces each; on a
+    /// failed write they are left as they were. A shutdown may settle thousands at once.
     async fn settle(
         &mut self,
-        index: usize,
+        indices: &[usize],
         status: ToolCallStatus,
         response: Value,
         is_error: bool,
     ) -> Result<()> {
-        let previous = self.records[index].clone();
-        let record = &mut self.records[index];
-        record.status = status;
-        record.response = response;
-        record.is_error = is_error;
+        if indices.is_empty() {
+            return Ok(());
+        }
+        let previous: Vec<ToolCallRecord> =
+            indices.iter().map(|&i| self.records[i].clone()).collect();
+        // The last record takes `response` itself: a single settle copies no result.
+        for (&index, response) in indices
+            .iter()
+            .zip(std::iter::repeat_n(response, indices.len()))
+        {
+            let record = &mut self.records[index];
+            record.status = status;
+            record.response = response;
+            record.is_error = is_error;
+        }
         if let Err(e) = self.persist(None).await {
-            self.records[index] = previous;
+            for (&index, record) in indices.iter().zip(previous) {
+                self.records[index] = record;
+            }
             return Err(e);
         }
-        self.announce(&self.records[index]);
+        for &index in indices {
+            self.announce(&self.records[index]);
+        }
         Ok(())
     }
 
@@ -209,16 +224,14 @@ impl Actor for ConfirmationActor {
         let interrupted: Vec<usize> = (0..state.records.len())
             .filter(|&i| state.records[i].status == ToolCallStatus::Invoking)
             .collect();
-        for index in interrupted {
-            state
-                .settle(
-                    index,
-                    ToolCallStatus::Error,
-                    Value::String("interrupted: the call's worker stopped".into()),
-                    true,
-                )
-                .await?;
-        }
+        state
+            .settle(
+                &interrupted,
+                ToolCallStatus::Error,
+                Value::String("interrupted: the call's worker stopped".into()),
+                true,
+            )
+            .await?;
         for record in state
             .records
             .iter()
@@ -300,7 +313,7 @@ impl Actor for ConfirmationActor {
                 } else {
                     state
                         .settle(
-                            index,
+                            &[index],
                             ToolCallStatus::Cancelled,
                             Value::String("The user rejected this tool call.".into()),
                             true,
@@ -320,7 +333,7 @@ impl Actor for ConfirmationActor {
                     };
                     let record = state.records[index].clone();
                     state
-                        .settle(index, status, outcome.response, outcome.is_error)
+                        .settle(&[index], status, outcome.response, outcome.is_error)
                         .await?;
                     let audit = AuditEntry {
                         user_id: state.user.clone(),
@@ -344,7 +357,7 @@ impl Actor for ConfirmationActor {
                     let waited = state.deps.timeout.as_secs();
                     state
                         .settle(
-                            index,
+                            &[index],
                             ToolCallStatus::Cancelled,
                             Value::String(format!(
                                 "No approval within {waited} s; the call was cancelled."
@@ -358,23 +371,14 @@ impl Actor for ConfirmationActor {
                 let parked: Vec<usize> = (0..state.records.len())
                     .filter(|&i| state.records[i].status == ToolCallStatus::Pending)
                     .collect();
-                if !parked.is_empty() {
-                    // One write for all of them: a shutdown may cancel thousands at once.
-                    let previous = state.records.clone();
-                    for &index in &parked {
-                        let record = &mut state.records[index];
-                        record.status = ToolCallStatus::Cancelled;
-                        record.response = Value::String(reason.clone());
-                        record.is_error = true;
-                    }
-                    if let Err(e) = state.persist(None).await {
-                        state.records = previous;
-                        return Err(e.into());
-                    }
-                    for &index in &parked {
-                        state.announce(&state.records[index]);
-                    }
-                }
+                state
+                    .settle(
+                        &parked,
+                        ToolCallStatus::Cancelled,
+                        Value::String(reason),
+                        true,
+                    )
+                    .await?;
                 let _ = reply.send(parked.len());
             }
             ConfirmMsg::WaitSettled(reply) => {
