@@ -345,18 +345,6 @@ async fn a_provider_that_goes_silent_times_out_with_a_clear_error() {
     assert_eq!(stored.body["role"], "assistant");
 }
 
-async fn confirm(app: &TestApp, message: &str, call: &str, approved: bool) {
-    let reply = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/messages/{message}/tool-confirm"),
-            Some(json!({"toolCallId": call, "approved": approved})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-}
-
 #[tokio::test]
 async fn a_parked_call_approved_mid_stream_runs_and_the_turn_continues() {
     let llm = ScriptedLlm::openai().await;
@@ -370,13 +358,8 @@ async fn a_parked_call_approved_mid_stream_runs_and_the_turn_continues() {
     let mut stream = ChatStream::open(&app, "u", chat_body("add 1 and 2")).await;
     let pending = stream.until_tool_status("pending").await;
     assert_eq!(llm.requests().len(), 1, "the model waits for the decision");
-    confirm(
-        &app,
-        pending["messageId"].as_str().unwrap(),
-        "call_add",
-        true,
-    )
-    .await;
+    app.confirm_ok(pending["messageId"].as_str().unwrap(), "call_add", true)
+        .await;
     let (name, done) = stream.finish().await;
     assert_eq!(name, "message.completed", "{done}");
     assert_eq!(done["toolCalls"][0]["status"], "done");
@@ -396,13 +379,8 @@ async fn a_rejection_is_told_to_the_model() {
 
     let mut stream = ChatStream::open(&app, "u", chat_body("add")).await;
     let pending = stream.until_tool_status("pending").await;
-    confirm(
-        &app,
-        pending["messageId"].as_str().unwrap(),
-        "call_add",
-        false,
-    )
-    .await;
+    app.confirm_ok(pending["messageId"].as_str().unwrap(), "call_add", false)
+        .await;
     let (_, done) = stream.finish().await;
     assert_eq!(done["toolCalls"][0]["status"], "cancelled", "{done}");
     let told = tool_messages(&llm.requests()[1])[0]["content"].clone();

@@ -163,15 +163,8 @@ async fn a_call_that_needs_approval_waits_for_the_user() {
     };
     assert!(!parked.is_finished(), "the call waits for the decision");
     let message = pending["messageId"].as_str().unwrap();
-    let approved = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/messages/{message}/tool-confirm"),
-            Some(json!({"toolCallId": pending["toolCall"]["id"], "approved": true})),
-        )
+    app.confirm_ok(message, pending["toolCall"]["id"].as_str().unwrap(), true)
         .await;
-    assert_eq!(approved.status, StatusCode::OK, "{}", approved.text);
     let result = parked.await.unwrap().unwrap();
     assert_eq!(text(&result), "3");
     assert_ne!(result.is_error, Some(true));

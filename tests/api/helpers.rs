@@ -229,6 +229,31 @@ impl TestApp {
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
 
+    /// The `fixture` stdio preset and `user`'s server `fx` using it; returns the server id.
+    pub async fn stdio_fixture_ok(&self, user: &str) -> String {
+        self.create_preset_ok(crate::upstreams::fixture_preset())
+            .await;
+        self.create_server_ok(user, json!({"name": "fx", "preset": "fixture"}))
+            .await
+    }
+
+    /// Approves or rejects a parked tool call of the user's message.
+    pub async fn confirm(&self, user: &str, message: &str, call: &str, approved: bool) -> Reply {
+        self.user(
+            user,
+            Method::POST,
+            &format!("/api/messages/{message}/tool-confirm"),
+            Some(json!({"toolCallId": call, "approved": approved})),
+        )
+        .await
+    }
+
+    /// [`TestApp::confirm`] for user `u`, which must succeed.
+    pub async fn confirm_ok(&self, message: &str, call: &str, approved: bool) {
+        let reply = self.confirm("u", message, call, approved).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+
     /// Every value in the given column, read straight from the database.
     pub async fn raw_column(&self, table: &str, column: &str) -> Vec<String> {
         let db = Database::connect(mcp_pool::store::database_url(&self.settings))

@@ -131,15 +131,7 @@ async fn parked_calls_are_counted_until_each_is_approved_or_rejected() {
     };
     assert_eq!(parked_now().await, (Some(2.0), Some(1.0)));
     for (call, approved) in [("c1", false), ("c2", true)] {
-        let reply = app
-            .user(
-                "u",
-                Method::POST,
-                &format!("/api/messages/{message}/tool-confirm"),
-                Some(json!({"toolCallId": call, "approved": approved})),
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        app.confirm_ok(&message.to_string(), call, approved).await;
     }
     assert_eq!(parked_now().await.0, Some(0.0));
 }

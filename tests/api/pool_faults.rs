@@ -57,10 +57,7 @@ async fn a_hanging_tool_times_out_and_the_connection_stays_usable() {
 #[tokio::test]
 async fn a_killed_child_fails_the_call_fast_and_the_next_call_reconnects() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
 
     let in_flight = spawn_slow_call(&app, "u", &server, 60000);
@@ -90,10 +87,7 @@ async fn a_killed_child_fails_the_call_fast_and_the_next_call_reconnects() {
 #[tokio::test]
 async fn a_server_that_exits_is_restarted_on_next_use() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
     let crash = app.call("u", &server, "crash", json!({})).await;
     assert_eq!(crash.code(), "MCP_CONNECTION_ERROR", "{}", crash.text);
@@ -145,10 +139,7 @@ async fn a_vanished_http_server_is_detected_and_recovered_from() {
 #[tokio::test]
 async fn a_slow_call_does_not_block_other_calls_on_the_same_connection() {
     let app = Arc::new(spawn_pool_app().await);
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     app.fixture_pid("u", &server).await;
 
     let finished = Arc::new(Mutex::new(Vec::new()));
@@ -181,10 +172,7 @@ async fn a_slow_call_does_not_block_other_calls_on_the_same_connection() {
 #[tokio::test]
 async fn idle_connections_are_reaped_and_reconnected_transparently() {
     let app = spawn_pool_app_with(|s| s.pool.idle_timeout_secs = 1).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
     assert_eq!(app.connections().await.len(), 1);
 
@@ -257,10 +245,7 @@ async fn two_users_get_separate_connections() {
 #[tokio::test]
 async fn tools_list_changed_refreshes_the_cached_list() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let tools_path = format!("/api/mcp-servers/{server}/tools");
     let count = |body: &serde_json::Value| body["tools"].as_array().unwrap().len();
     let before = app.user("u", Method::GET, &tools_path, None).await;
@@ -319,10 +304,7 @@ async fn connection_limits_answer_429() {
 #[tokio::test]
 async fn changing_or_deleting_a_server_stops_its_process() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
     let update = app
         .user(
@@ -415,10 +397,7 @@ async fn admins_see_stop_and_refresh_connections() {
 #[tokio::test]
 async fn health_reports_healthy_and_unhealthy_servers() {
     let app = spawn_pool_app_with(|s| s.pool.connect_timeout_secs = 5).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let good = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let good = app.stdio_fixture_ok("u").await;
     let health = app
         .user(
             "u",
@@ -484,10 +463,7 @@ async fn shutting_down_kills_every_child() {
 #[tokio::test]
 async fn a_call_in_flight_at_shutdown_finishes_then_its_process_is_gone() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
     let in_flight = spawn_slow_call(&app, "u", &server, 1500);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;

@@ -77,10 +77,7 @@ async fn exercise_fixture(app: &TestApp, server: &str) {
 #[tokio::test]
 async fn the_fixture_works_over_stdio() {
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     exercise_fixture(&app, &server).await;
 }
 
@@ -350,10 +347,7 @@ async fn stdio_children_get_a_minimal_environment() {
         "precondition: the test process has it"
     );
     let app = spawn_pool_app().await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
+    let server = app.stdio_fixture_ok("u").await;
     let env = |name: &'static str| {
         let app = &app;
         let server = server.clone();

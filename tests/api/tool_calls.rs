@@ -56,22 +56,6 @@ async fn park_add(app: &TestApp, message: &str) {
     );
 }
 
-async fn confirm(
-    app: &TestApp,
-    user: &str,
-    message: &str,
-    call: &str,
-    approved: bool,
-) -> crate::helpers::Reply {
-    app.user(
-        user,
-        Method::POST,
-        &format!("/api/messages/{message}/tool-confirm"),
-        Some(json!({"toolCallId": call, "approved": approved})),
-    )
-    .await
-}
-
 async fn record(app: &TestApp, message: &str, call: &str) -> Value {
     let reply = app
         .user("u", Method::GET, &format!("/api/messages/{message}"), None)
@@ -149,7 +133,7 @@ async fn parked_calls_wait_for_approval_or_rejection() {
         "calls settle independently"
     );
 
-    let approved = confirm(&app, "u", &message, "add", true).await;
+    let approved = app.confirm("u", &message, "add", true).await;
     assert_eq!(approved.status, StatusCode::OK, "{}", approved.text);
     assert!(matches!(
         approved.body["toolCall"]["status"].as_str(),
@@ -164,7 +148,7 @@ async fn parked_calls_wait_for_approval_or_rejection() {
         "5"
     );
 
-    let rejected = confirm(&app, "u", &message, "env", false).await;
+    let rejected = app.confirm("u", &message, "env", false).await;
     assert_eq!(rejected.body["toolCall"]["status"], "cancelled");
     assert!(
         rejected.body["toolCall"]["response"]
@@ -174,12 +158,12 @@ async fn parked_calls_wait_for_approval_or_rejection() {
     );
     assert_eq!(rejected.body["toolCall"]["isError"], true);
 
-    let again = confirm(&app, "u", &message, "env", true).await;
+    let again = app.confirm("u", &message, "env", true).await;
     assert_eq!(
         (again.status, again.code()),
         (StatusCode::CONFLICT, "TOOL_CALL_SETTLED")
     );
-    let unknown = confirm(&app, "u", &message, "nope", true).await;
+    let unknown = app.confirm("u", &message, "nope", true).await;
     assert_eq!(
         (unknown.status, unknown.code()),
         (StatusCode::NOT_FOUND, "TOOL_CALL_NOT_FOUND")
@@ -219,7 +203,7 @@ async fn of_concurrent_approvals_exactly_one_wins() {
     let attempts: Vec<_> = (0..10)
         .map(|_| {
             let (app, message) = (app.clone(), message.clone());
-            tokio::spawn(async move { confirm(&app, "u", &message, "c1", true).await.status })
+            tokio::spawn(async move { app.confirm("u", &message, "c1", true).await.status })
         })
         .collect();
     let mut statuses = Vec::new();
@@ -358,7 +342,7 @@ async fn another_users_message_is_not_found() {
         (read.status, read.code()),
         (StatusCode::NOT_FOUND, "MESSAGE_NOT_FOUND")
     );
-    let approve = confirm(&app, "mallory", &message, "c1", true).await;
+    let approve = app.confirm("mallory", &message, "c1", true).await;
     assert_eq!(approve.status, StatusCode::NOT_FOUND);
     let hijack = submit(
         &app,
@@ -389,7 +373,7 @@ async fn a_stop_cancels_parked_calls_with_a_reason() {
         call["response"],
         "cancelled: the service stopped before this call was approved"
     );
-    let late = confirm(&app, "u", &message, "c1", true).await;
+    let late = app.confirm("u", &message, "c1", true).await;
     assert_eq!(late.code(), "TOOL_CALL_SETTLED");
 }
 
@@ -449,7 +433,7 @@ async fn the_event_stream_carries_every_change_in_order_and_resumes() {
 
     let message = Uuid::new_v4().to_string();
     park_add(&app, &message).await;
-    confirm(&app, "u", &message, "c1", true).await;
+    app.confirm("u", &message, "c1", true).await;
     let events = next_events(&mut stream, &mut buffer, 3).await;
     let statuses: Vec<&str> = events
         .iter()
