@@ -49,7 +49,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.server.max_body_bytes;
     let (rest, mut spec) = documented_routes().split_for_parts();
-    utoipa::Modify::modify(&openapi::SharedParts, &mut spec);
+    openapi::add_shared_parts(&mut spec);
     rest.merge(gateway::mcp_endpoint(&state))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })

@@ -6,12 +6,12 @@
 //! being documented. What every operation shares (who may call it, the error body) is added
 //! here once, by path prefix, instead of on forty annotations.
 
+use utoipa::ToSchema;
 use utoipa::openapi::path::{Operation, Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ObjectBuilder, OpenApi, Ref, RefOr, Required, ResponseBuilder, Schema, Type,
 };
-use utoipa::{Modify, ToSchema};
 
 use super::error::ErrorBody;
 
@@ -90,46 +90,42 @@ impl Caller {
     }
 }
 
-/// Adds the security schemes, the `X-User-Id` header and the error responses; applied once
+/// Adds the security schemes, the `X-User-Id` header and the error responses; called once
 /// every route is in (a derive `modifiers` would run before the routes are merged).
-pub struct SharedParts;
-
-impl Modify for SharedParts {
-    fn modify(&self, openapi: &mut OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "apiKey",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("A service or admin key (`mcp-pool keys create`)"))
-                    .build(),
-            ),
-        );
-        components.add_security_scheme(
-            "gatewayToken",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("A gateway token of the assistant in the path"))
-                    .build(),
-            ),
-        );
-        for (path, item) in openapi.paths.paths.iter_mut() {
-            let caller = Caller::of(path);
-            for operation in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                describe_access(operation, &caller);
-                add_error_responses(operation);
-            }
+pub fn add_shared_parts(openapi: &mut OpenApi) {
+    let components = openapi.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "apiKey",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some("A service or admin key (`mcp-pool keys create`)"))
+                .build(),
+        ),
+    );
+    components.add_security_scheme(
+        "gatewayToken",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some("A gateway token of the assistant in the path"))
+                .build(),
+        ),
+    );
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        let caller = Caller::of(path);
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            describe_access(operation, &caller);
+            add_error_responses(operation);
         }
     }
 }
