@@ -261,6 +261,7 @@ impl ChatService {
             content: message.to_owned(),
             tool_calls: Vec::new(),
             metadata: None,
+            owner_instance: None,
             created_at: now,
             updated_at: now,
         };
@@ -276,6 +277,7 @@ impl ChatService {
             role: "assistant".into(),
             content: String::new(),
             metadata: Some(serde_json::to_value(&metadata).unwrap_or(Value::Null)),
+            owner_instance: None,
             // Strictly after the user's message, whatever the clock's resolution.
             created_at: now + chrono::Duration::microseconds(1),
             ..user_message.clone()

@@ -40,6 +40,7 @@ pub struct Settings {
     pub gateway: GatewaySettings,
     pub xiaozhi: XiaozhiSettings,
     pub global_servers: GlobalServersSettings,
+    pub cluster: ClusterSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -65,6 +66,15 @@ pub struct XiaozhiSettings {
     pub ping_interval_secs: u64,
     pub reconnect_min_secs: u64,
     pub reconnect_max_secs: u64,
+}
+
+/// Several instances on one database (see `cluster`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    pub heartbeat_secs: u64,
+    pub instance_ttl_secs: u64,
+    pub forward_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -263,7 +273,12 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 17] = [
+        let positive: [(&'static str, u64); 19] = [
+            ("cluster.heartbeat_secs", self.cluster.heartbeat_secs),
+            (
+                "cluster.forward_timeout_secs",
+                self.cluster.forward_timeout_secs,
+            ),
             ("pool.connect_timeout_secs", self.pool.connect_timeout_secs),
             ("pool.idle_timeout_secs", self.pool.idle_timeout_secs),
             (
@@ -320,6 +335,16 @@ impl Settings {
                 reason: format!(
                     "must not exceed pool.max_call_timeout_secs ({})",
                     self.pool.max_call_timeout_secs
+                ),
+            });
+        }
+        if self.cluster.instance_ttl_secs < 2 * self.cluster.heartbeat_secs {
+            return Err(ConfigError::Invalid {
+                key: "cluster.instance_ttl_secs",
+                reason: format!(
+                    "must be at least twice cluster.heartbeat_secs ({}): one late heartbeat must not \
+                     make a live instance look dead",
+                    self.cluster.heartbeat_secs
                 ),
             });
         }

@@ -7,6 +7,10 @@
 //! The actor stops when nothing is open; the supervisor restarts a crashed one from the
 //! stored records (parked calls are parked again; a call that was running is settled as
 //! an error), so no call is lost silently.
+//!
+//! With several instances, a message's open calls belong to the instance whose actor
+//! holds them (`messages.owner_instance`); an approval arriving elsewhere is forwarded to
+//! it (see `cluster`), and only the calls of instances that stopped are settled.
 
 mod actor;
 mod supervisor;
@@ -17,13 +21,15 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorRef};
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use actor::ConfirmMsg;
 use supervisor::{ConfirmationSupervisor, SupervisorArgs, SupervisorMsg};
 
 use crate::actors::is_alive;
+use crate::cluster::{Cluster, ConfirmFailure, Note};
 use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
@@ -51,7 +57,27 @@ pub struct ConfirmDeps {
     pub timeout: Duration,
     /// Calls parked for approval across all actors (each reports its own changes).
     pub parked: Arc<std::sync::atomic::AtomicI64>,
+    pub cluster: Cluster,
 }
+
+/// Publishes a changed record on the user's stream here and tells the other instances,
+/// whose streams of that user relay it.
+fn announce(deps: &ConfirmDeps, user: &UserId, message: Uuid, record: &ToolCallRecord) {
+    deps.events
+        .publish(user, TOOL_CALL_EVENT, tool_call_event(message, record));
+    deps.cluster.tell(Note::ToolCallChanged {
+        user: user.to_string(),
+        message,
+        call_id: record.id.clone(),
+    });
+}
+
+fn tool_call_event(message: Uuid, record: &ToolCallRecord) -> Value {
+    json!({"messageId": message, "toolCall": record})
+}
+
+/// What a call left open by a stopped instance becomes.
+const INTERRUPTED: &str = "interrupted: the service instance holding this call stopped";
 
 pub const TOOL_CALL_EVENT: &str = "assistant.toolCall.updated";
 
@@ -129,11 +155,43 @@ async fn cancel_parked_on(actor: ActorRef<ConfirmMsg>, reason: String, wait: Dur
     }
 }
 
+type ForwardAnswer = std::result::Result<(), ConfirmFailure>;
+
 #[derive(Clone)]
 pub struct Confirmations {
     supervisor: ActorRef<SupervisorMsg>,
     registry: Arc<Registry>,
     deps: ConfirmDeps,
+    /// Confirmations forwarded to another instance, by request id, awaiting its answer.
+    forwarded: Arc<Mutex<HashMap<Uuid, oneshot::Sender<ForwardAnswer>>>>,
+}
+
+impl From<&Error> for ConfirmFailure {
+    fn from(error: &Error) -> Self {
+        match error {
+            Error::NotFound(Resource::Message, _) => ConfirmFailure::MessageNotFound,
+            Error::NotFound(Resource::ToolCall, _) => ConfirmFailure::ToolCallNotFound,
+            Error::AlreadySettled(_) => ConfirmFailure::AlreadySettled,
+            other => ConfirmFailure::Failed(other.to_string()),
+        }
+    }
+}
+
+impl ConfirmFailure {
+    fn into_error(self, message: Uuid, call_id: &str) -> Error {
+        match self {
+            ConfirmFailure::MessageNotFound => {
+                Error::NotFound(Resource::Message, message.to_string())
+            }
+            ConfirmFailure::ToolCallNotFound => {
+                Error::NotFound(Resource::ToolCall, call_id.to_owned())
+            }
+            ConfirmFailure::AlreadySettled => Error::AlreadySettled(call_id.to_owned()),
+            ConfirmFailure::Failed(text) => {
+                Error::Unexpected(anyhow::anyhow!("on the instance holding the call: {text}"))
+            }
+        }
+    }
 }
 
 /// `Settled` when nothing is open any more.
@@ -159,6 +217,7 @@ impl Confirmations {
             supervisor,
             registry,
             deps,
+            forwarded: Arc::default(),
         })
     }
 
@@ -257,6 +316,43 @@ impl Confirmations {
         call_id: &str,
         approved: bool,
     ) -> Result<ToolCallRecord> {
+        self.decide(user, message, call_id, approved, true).await
+    }
+
+    /// A confirmation another instance forwarded here, because this one holds the call.
+    pub async fn confirm_forwarded(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        call_id: &str,
+        approved: bool,
+    ) -> ForwardAnswer {
+        self.decide(user, message, call_id, approved, false)
+            .await
+            .map(drop)
+            .map_err(|e| ConfirmFailure::from(&e))
+    }
+
+    /// The answer to a confirmation this instance forwarded.
+    pub fn forward_answered(&self, request: Uuid, answer: ForwardAnswer) {
+        if let Some(waiting) = self
+            .forwarded
+            .lock()
+            .expect("forwarded lock")
+            .remove(&request)
+        {
+            let _ = waiting.send(answer);
+        }
+    }
+
+    async fn decide(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        call_id: &str,
+        approved: bool,
+        may_forward: bool,
+    ) -> Result<ToolCallRecord> {
         let ask = {
             let call_id = call_id.to_owned();
             let span = tracing::Span::current();
@@ -290,7 +386,94 @@ impl Confirmations {
         if record.status != ToolCallStatus::Pending {
             return Err(Error::AlreadySettled(call_id.to_owned()));
         }
+        let cluster = &self.deps.cluster;
+        if let Some(owner) = stored.owner_instance
+            && owner != cluster.me()
+            && cluster.is_live(owner).await?
+        {
+            if !may_forward {
+                return Err(Error::HeldElsewhere);
+            }
+            return self.forward(owner, user, message, call_id, approved).await;
+        }
         self.ask(user, message, false, ask).await
+    }
+
+    /// Asks the instance holding the call to decide it, then reads what it stored.
+    async fn forward(
+        &self,
+        owner: crate::domain::InstanceId,
+        user: &UserId,
+        message: Uuid,
+        call_id: &str,
+        approved: bool,
+    ) -> Result<ToolCallRecord> {
+        let cluster = &self.deps.cluster;
+        if !cluster.can_forward() {
+            return Err(Error::HeldElsewhere);
+        }
+        let request = Uuid::now_v7();
+        let (answer, answered) = oneshot::channel();
+        self.forwarded
+            .lock()
+            .expect("forwarded lock")
+            .insert(request, answer);
+        cluster.tell(Note::ConfirmCall {
+            request,
+            to: owner,
+            user: user.to_string(),
+            message,
+            call_id: call_id.to_owned(),
+            approved,
+        });
+        let answer = tokio::time::timeout(cluster.forward_timeout(), answered).await;
+        self.forwarded
+            .lock()
+            .expect("forwarded lock")
+            .remove(&request);
+        match answer {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(failure))) => return Err(failure.into_error(message, call_id)),
+            _ => {
+                tracing::warn!(%owner, %message, "the instance holding the call did not answer a forwarded confirmation");
+                return Err(Error::HeldElsewhere);
+            }
+        }
+        tracing::info!(%owner, %message, call_id, "confirmation forwarded to the instance holding the call");
+        let stored = self
+            .deps
+            .store
+            .messages()
+            .get(user, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        stored
+            .tool_calls
+            .into_iter()
+            .find(|c| c.id == call_id)
+            .ok_or_else(|| Error::NotFound(Resource::ToolCall, call_id.to_owned()))
+    }
+
+    /// Another instance changed a record: users with an event stream here see it too.
+    pub async fn relay_change(&self, user: &UserId, message: Uuid, call_id: &str) {
+        if !self.deps.events.is_watched(user) {
+            return;
+        }
+        match self.deps.store.messages().get(user, message).await {
+            Ok(Some(stored)) => {
+                if let Some(record) = stored.tool_calls.iter().find(|c| c.id == call_id) {
+                    self.deps.events.publish(
+                        user,
+                        TOOL_CALL_EVENT,
+                        tool_call_event(message, record),
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "a tool call change from another instance was not relayed")
+            }
+        }
     }
 
     /// Waits up to `wait` until no call of the message is open.
@@ -328,36 +511,48 @@ impl Confirmations {
         cancel_parked_on(actor, reason.to_owned(), Duration::from_secs(30)).await
     }
 
-    /// On start-up: records a previous process left open can never settle; say so.
-    pub async fn settle_interrupted(store: &Store) -> Result<usize> {
-        let messages = store.messages().with_open_calls().await?;
+    /// Settles the open calls of messages no live instance holds (at start-up: those a
+    /// previous process left; later: those of instances that stopped beating). Each
+    /// message is taken over first, so two instances never settle the same one.
+    pub async fn settle_orphans(&self) -> Result<usize> {
+        let live = self.deps.cluster.live().await?;
+        let orphans = self.deps.store.messages().orphaned(&live).await?;
         let mut settled = 0;
-        for mut message in messages {
-            for call in message.tool_calls.iter_mut().filter(|c| c.status.is_open()) {
-                call.status = match call.status {
-                    ToolCallStatus::Pending => ToolCallStatus::Cancelled,
-                    _ => ToolCallStatus::Error,
-                };
-                call.response = Value::String("interrupted by restart".into());
-                call.is_error = true;
-                settled += 1;
+        for orphan in orphans {
+            let live = live.clone();
+            let result = self
+                .supervisor
+                .call(
+                    |reply| SupervisorMsg::SettleOrphan {
+                        user: orphan.user_id.clone(),
+                        message: orphan.id,
+                        live,
+                        reply,
+                    },
+                    Some(Duration::from_secs(30)),
+                )
+                .await;
+            match result {
+                Ok(ractor::rpc::CallResult::Success(result)) => settled += result?,
+                _ => {
+                    return Err(Error::Unexpected(anyhow::anyhow!(
+                        "the confirmation supervisor did not answer"
+                    )));
+                }
             }
-            store
-                .messages()
-                .save_tool_calls(&message.user_id, message.id, &message.tool_calls)
-                .await?;
         }
         if settled > 0 {
             tracing::warn!(
                 settled,
-                "settled tool calls left open by a previous process"
+                "settled tool calls left open by a stopped instance"
             );
         }
         Ok(settled)
     }
 
     /// Settles every parked call (stored and announced, so no client waits on it), then
-    /// stops the actors. Calls already running are settled by the next start.
+    /// stops the actors. Calls already running are settled by the next sweep of any
+    /// instance (this one's row is removed when it stops).
     pub async fn shutdown(&self) {
         let cancelled = futures::future::join_all(self.registry.all().into_iter().map(|actor| {
             cancel_parked_on(

@@ -10,7 +10,7 @@ mod server;
 mod tool_call;
 pub mod tool_name;
 
-pub use ids::{AssistantId, ServerName, UserId};
+pub use ids::{AssistantId, InstanceId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use server::{

@@ -102,6 +102,11 @@ pub enum Error {
         per_minute: u32,
         retry_after: std::time::Duration,
     },
+    /// The message's open calls belong to another live instance that could not be reached.
+    #[error(
+        "this message's tool calls are held by another instance of the service, which did not answer; try again"
+    )]
+    HeldElsewhere,
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
@@ -153,6 +158,7 @@ impl Error {
             Error::ServerInactive => "SERVER_INACTIVE",
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::RateLimited { .. } => "RATE_LIMITED",
+            Error::HeldElsewhere => "HELD_ELSEWHERE",
             Error::Pool(pool) => match pool {
                 PoolError::Upstream(McpError::Timeout(_)) => "MCP_TIMEOUT",
                 PoolError::Upstream(McpError::Connect(_) | McpError::Transport(_))

@@ -68,6 +68,16 @@ impl EventHub {
         let _ = stream.live.send(event);
     }
 
+    /// Whether the user has a live stream here (events from elsewhere are only worth
+    /// relaying then).
+    pub fn is_watched(&self, user: &UserId) -> bool {
+        self.users
+            .lock()
+            .expect("event hub lock")
+            .get(user)
+            .is_some_and(|stream| stream.live.receiver_count() > 0)
+    }
+
     /// Events after `last_seen` still in the buffer, and a receiver for what comes next.
     /// Both are taken under one lock, so nothing falls between them.
     pub fn subscribe(

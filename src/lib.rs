@@ -13,6 +13,7 @@
 mod actors;
 pub mod agent;
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod confirm;
 pub mod domain;

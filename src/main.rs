@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_pool::security::ApiKeyRole;
-use mcp_pool::services::Services;
+use mcp_pool::services::KeyService;
 use mcp_pool::{Application, Settings, startup, store, telemetry};
 
 /// Long-running, connection-churning service: jemalloc returns reaped sessions' memory
@@ -108,14 +108,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             action: KeysCommand::Create { role, name },
         } => {
             let store = startup::open_store(&settings).await?;
-            let pool =
-                mcp_pool::pool::Pool::start(settings.pool.clone(), Default::default()).await?;
-            let services = Services::new(store.clone(), settings.into(), pool.clone()).await?;
+            let keys = KeyService::new(store.clone(), &settings);
             let role = match role {
                 Role::Service => ApiKeyRole::Service,
                 Role::Admin => ApiKeyRole::Admin,
             };
-            let (record, secret) = services.keys.create(&name, role).await?;
+            let (record, secret) = keys.create(&name, role).await?;
             println!("{secret}");
             eprintln!(
                 "created {} key {} ({})",

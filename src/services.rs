@@ -5,6 +5,7 @@
 //! nor SQL.
 
 mod assistants;
+mod cluster_duties;
 mod gateway;
 pub mod global_servers;
 mod keys;
@@ -29,6 +30,7 @@ pub use upstream::{
 use std::sync::Arc;
 
 use crate::agent::ChatService;
+use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::confirm::{ConfirmDeps, Confirmations};
 use crate::events::EventHub;
@@ -54,6 +56,9 @@ pub struct Services {
     pub confirmations: Confirmations,
     pub events: Arc<EventHub>,
     pub pool: Pool,
+    pub cluster: Cluster,
+    /// Dropped when another instance changes bindings.
+    bindings: assistants::BindingCache,
 }
 
 impl Services {
@@ -61,10 +66,11 @@ impl Services {
         store: Store,
         settings: Arc<Settings>,
         pool: Pool,
+        cluster: Cluster,
     ) -> crate::error::Result<Self> {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
         let events = Arc::new(EventHub::new(settings.events.replay_buffer));
-        let bindings = assistants::BindingCache::new(store.clone());
+        let bindings = assistants::BindingCache::new(store.clone(), cluster.clone());
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),
@@ -79,6 +85,7 @@ impl Services {
             executor: tool_calls::executor(upstream.clone(), settings.limits.max_result_bytes),
             timeout: std::time::Duration::from_secs(settings.confirmation.timeout_secs),
             parked: Arc::default(),
+            cluster: cluster.clone(),
         })
         .await?;
         let chat = ChatService::new(
@@ -99,6 +106,7 @@ impl Services {
             store.clone(),
             settings.clone(),
             url_policy.clone(),
+            cluster.clone(),
         );
         Ok(Self {
             chat,
@@ -110,6 +118,7 @@ impl Services {
                 url_policy,
                 pool.clone(),
                 bindings.clone(),
+                cluster.clone(),
             ),
             tool_calls: ToolCallService::new(
                 store.clone(),
@@ -121,7 +130,9 @@ impl Services {
             confirmations,
             events,
             pool,
+            cluster,
             assistants: AssistantService::new(store.clone(), settings.clone(), bindings.clone()),
+            bindings,
             presets: PresetService::new(store.clone(), settings.clone()),
             keys: KeyService::new(store.clone(), &settings),
             store,

@@ -56,15 +56,19 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
         let store = open_store(&settings).await?;
-        crate::confirm::Confirmations::settle_interrupted(&store)
-            .await
-            .map_err(StartupError::Bootstrap)?;
+        let cluster =
+            crate::cluster::Cluster::join(store.clone(), settings.cluster.clone()).await?;
         let pool = Pool::start(
             settings.pool.clone(),
             Arc::new(crate::metrics::Metrics::new()),
         )
         .await?;
-        let services = Services::new(store, settings.clone(), pool)
+        let services = Services::new(store, settings.clone(), pool, cluster)
+            .await
+            .map_err(StartupError::Bootstrap)?;
+        // Calls a previous process left open are settled before anything is served.
+        services
+            .take_over_orphans()
             .await
             .map_err(StartupError::Bootstrap)?;
         let generated_admin_key = services
@@ -113,6 +117,10 @@ impl Application {
         let pool = self.state.services.pool.clone();
         let confirmations = self.state.services.confirmations.clone();
         let bridges = self.state.services.xiaozhi.clone();
+        let cluster = self.state.services.cluster.clone();
+        self.state
+            .services
+            .start_cluster_duties(self.shutdown.child_token());
         let globals = &self.state.settings.global_servers;
         if !globals.file.trim().is_empty() {
             crate::services::GlobalServersReloader::new(
@@ -123,11 +131,6 @@ impl Application {
             )
             .start(self.shutdown.child_token())
             .await;
-        }
-        match bridges.start_all().await {
-            Ok(0) => {}
-            Ok(started) => tracing::info!(started, "Xiaozhi bridges started"),
-            Err(error) => tracing::error!(%error, "could not start the Xiaozhi bridges"),
         }
         let shutdown = self.shutdown.clone();
         let on_signal = self.shutdown.clone();
@@ -151,10 +154,12 @@ impl Application {
             }
         }
         bridges.shutdown();
-        // Parked calls are cancelled and stored; running ones are settled by the next start.
+        // Parked calls are cancelled and stored; running ones are settled by the next sweep
+        // of any instance, once this one has left.
         confirmations.shutdown().await;
         // Every connection actor closes its session; stdio children are killed and reaped.
         pool.shutdown().await;
+        cluster.leave().await;
         store.close().await;
         tracing::info!("mcp-pool stopped");
         Ok(())

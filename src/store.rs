@@ -20,7 +20,9 @@ mod assistants;
 mod conversations;
 pub mod entities;
 mod gateway;
+mod instances;
 mod messages;
+mod notify;
 mod presets;
 mod servers;
 
@@ -28,7 +30,9 @@ pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};
 pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
+pub use instances::InstanceRepo;
 pub use messages::{AuditEntry, MessageRepo, StoredMessage};
+pub use notify::NoteListener;
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
 
@@ -139,6 +143,10 @@ impl Store {
 
     pub fn gateway(&self) -> GatewayRepo {
         GatewayRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn instances(&self) -> InstanceRepo {
+        InstanceRepo::new(self.db.clone())
     }
 
     pub fn api_keys(&self) -> ApiKeyRepo {

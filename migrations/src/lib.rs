@@ -9,6 +9,7 @@ mod m20261122_000001_initial_schema;
 mod m20261122_000002_message_open_calls;
 mod m20261123_000003_message_metadata;
 mod m20261123_000004_gateway;
+mod m20261123_000005_instances;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000002_message_open_calls::Migration),
             Box::new(m20261123_000003_message_metadata::Migration),
             Box::new(m20261123_000004_gateway::Migration),
+            Box::new(m20261123_000005_instances::Migration),
         ]
     }
 }

@@ -189,6 +189,7 @@ mod tests {
             content: content.into(),
             tool_calls: calls,
             metadata: meta,
+            owner_instance: None,
             created_at: crate::domain::now(),
             updated_at: crate::domain::now(),
         }

@@ -96,6 +96,7 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
             PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,

@@ -1,10 +1,10 @@
 //! `ConfirmationActor`: the records of one message while any of its calls is open.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
-use super::{ConfirmDeps, ExecOutcome, TOOL_CALL_EVENT};
+use super::{ConfirmDeps, ExecOutcome};
 use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::{AuditEntry, StoredMessage};
@@ -60,6 +60,8 @@ pub struct ActorState {
     timers: Vec<tokio::task::AbortHandle>,
     /// Parked records this actor has counted into `deps.parked`.
     reported_parked: i64,
+    /// Another instance took the message over (this one was presumed dead): stop.
+    fenced: bool,
 }
 
 pub struct ConfirmationActor;
@@ -68,9 +70,15 @@ impl ActorState {
     /// Writes the records; the caller announces only after this succeeded.
     async fn persist(&mut self, conversation: Option<Uuid>) -> Result<()> {
         let repo = self.deps.store.messages();
+        let me = self.deps.cluster.me();
         if self.exists {
-            repo.save_tool_calls(&self.user, self.message, &self.records)
-                .await?;
+            if !repo
+                .save_tool_calls(&self.user, self.message, &self.records, me)
+                .await?
+            {
+                self.fenced = true;
+                return Err(Error::HeldElsewhere);
+            }
         } else {
             let now = crate::domain::now();
             repo.insert(&StoredMessage {
@@ -81,6 +89,7 @@ impl ActorState {
                 content: String::new(),
                 tool_calls: self.records.clone(),
                 metadata: None,
+                owner_instance: Some(me),
                 created_at: now,
                 updated_at: now,
             })
@@ -91,11 +100,7 @@ impl ActorState {
     }
 
     fn announce(&self, record: &ToolCallRecord) {
-        self.deps.events.publish(
-            &self.user,
-            TOOL_CALL_EVENT,
-            json!({"messageId": self.message, "toolCall": record}),
-        );
+        super::announce(&self.deps, &self.user, self.message, record);
     }
 
     fn index(&self, call_id: &str) -> Option<usize> {
@@ -219,6 +224,7 @@ impl Actor for ConfirmationActor {
             waiters: Vec::new(),
             timers: Vec::new(),
             reported_parked: 0,
+            fenced: false,
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())
@@ -390,6 +396,11 @@ impl Actor for ConfirmationActor {
             }
         }
         state.report_parked();
+        if state.fenced {
+            tracing::warn!(message = %state.message, "another instance took this message over; its actor here stops");
+            myself.stop(Some("taken over by another instance".into()));
+            return Ok(());
+        }
         state.stop_if_done(&myself);
         Ok(())
     }

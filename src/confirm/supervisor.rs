@@ -9,8 +9,8 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use uuid::Uuid;
 
 use super::actor::{ActorArgs, ConfirmMsg, ConfirmationActor};
-use super::{ConfirmDeps, Lookup, Registry};
-use crate::domain::UserId;
+use super::{ConfirmDeps, INTERRUPTED, Lookup, Registry, announce};
+use crate::domain::{InstanceId, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 
 pub enum SupervisorMsg {
@@ -20,6 +20,14 @@ pub enum SupervisorMsg {
         /// Create the message when it does not exist yet (submitting calls).
         create: bool,
         reply: RpcReplyPort<Result<ActorRef<ConfirmMsg>>>,
+    },
+    /// Settles the open calls of a message whose instance stopped, unless an actor here
+    /// holds it or another instance took it first; answers how many were settled.
+    SettleOrphan {
+        user: UserId,
+        message: Uuid,
+        live: Vec<InstanceId>,
+        reply: RpcReplyPort<Result<usize>>,
     },
 }
 
@@ -50,6 +58,18 @@ impl SupervisorState {
             Lookup::Absent => {}
         }
         let repo = self.deps.store.messages();
+        let me = self.deps.cluster.me();
+        // Claimed before it is read, so the records cannot change under the new actor.
+        let mut claimed = repo.claim(&user, message, me, None).await?;
+        if !claimed && let Some(stored) = repo.get(&user, message).await? {
+            // Held by another instance; take it only if that one is dead.
+            let live = self.deps.cluster.live().await?;
+            claimed = repo.claim(&user, message, me, Some(&live)).await?;
+            if !claimed {
+                tracing::info!(%message, owner = ?stored.owner_instance, "the message's calls are held by another instance");
+                return Err(Error::HeldElsewhere);
+            }
+        }
         let (exists, records) = match repo.get(&user, message).await? {
             Some(stored) => (true, stored.tool_calls),
             // Another user's message id answers exactly like a missing one.
@@ -72,6 +92,45 @@ impl SupervisorState {
             .insert(actor.get_id(), (user.clone(), message));
         self.registry.insert(user, message, actor.clone());
         Ok(actor)
+    }
+
+    async fn settle_orphan(
+        &mut self,
+        user: UserId,
+        message: Uuid,
+        live: &[InstanceId],
+    ) -> Result<usize> {
+        if matches!(self.registry.lookup(&user, message), Lookup::Mine(_)) {
+            return Ok(0);
+        }
+        let repo = self.deps.store.messages();
+        let me = self.deps.cluster.me();
+        if !repo.claim(&user, message, me, Some(live)).await? {
+            return Ok(0);
+        }
+        let Some(mut stored) = repo.get(&user, message).await? else {
+            return Ok(0);
+        };
+        let mut settled = Vec::new();
+        for (index, call) in stored.tool_calls.iter_mut().enumerate() {
+            if call.status.is_open() {
+                call.status = match call.status {
+                    ToolCallStatus::Pending => ToolCallStatus::Cancelled,
+                    _ => ToolCallStatus::Error,
+                };
+                call.response = serde_json::Value::String(INTERRUPTED.into());
+                call.is_error = true;
+                settled.push(index);
+            }
+        }
+        if !settled.is_empty() {
+            repo.save_tool_calls(&user, message, &stored.tool_calls, me)
+                .await?;
+            for index in &settled {
+                announce(&self.deps, &user, message, &stored.tool_calls[*index]);
+            }
+        }
+        Ok(settled.len())
     }
 }
 
@@ -106,6 +165,14 @@ impl Actor for ConfirmationSupervisor {
                 reply,
             } => {
                 let _ = reply.send(state.open(&myself, user, message, create).await);
+            }
+            SupervisorMsg::SettleOrphan {
+                user,
+                message,
+                live,
+                reply,
+            } => {
+                let _ = reply.send(state.settle_orphan(user, message, &live).await);
             }
         }
         Ok(())

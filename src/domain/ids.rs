@@ -132,3 +132,19 @@ mod tests {
         assert!(ServerName::parse("a\u{0}b").is_err());
     }
 }
+
+/// One running process of the service; a new id at every start (UUIDv7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct InstanceId(pub uuid::Uuid);
+
+impl InstanceId {
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}

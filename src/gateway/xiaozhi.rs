@@ -6,6 +6,9 @@
 //! pings, then reconnect after an exponential, jittered delay (1 s → 60 s by default).
 //! Results are cut to `xiaozhi.max_result_bytes` (1024). The state of every bridge is kept
 //! here for the admin API.
+//!
+//! With several instances, each bridge runs on exactly one: the one that saved it last,
+//! or, once that one stops, whichever claims it first (`reconcile`, every heartbeat).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::GatewayHandler;
+use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, InstanceId, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::security::UrlPolicy;
 use crate::services::{GatewayPrincipal, GatewayService};
@@ -36,6 +40,8 @@ pub enum BridgeState {
     /// Waiting before the next attempt.
     Reconnecting,
     Disabled,
+    /// Enabled, and run by another instance of the service.
+    Elsewhere,
 }
 
 /// What the admin API shows about one bridge.
@@ -69,6 +75,7 @@ pub struct XiaozhiBridges {
     url_policy: Arc<UrlPolicy>,
     running: Arc<Mutex<HashMap<Key, Running>>>,
     shutdown: CancellationToken,
+    cluster: Cluster,
 }
 
 /// The endpoint without its query (which carries the token).
@@ -94,6 +101,7 @@ impl XiaozhiBridges {
         store: Store,
         settings: Arc<Settings>,
         url_policy: Arc<UrlPolicy>,
+        cluster: Cluster,
     ) -> Self {
         Self {
             gateway,
@@ -102,17 +110,59 @@ impl XiaozhiBridges {
             url_policy,
             running: Arc::default(),
             shutdown: CancellationToken::new(),
+            cluster,
         }
     }
 
-    /// Starts every enabled bridge (on service start).
-    pub async fn start_all(&self) -> Result<usize> {
-        let bridges = self.store.gateway().enabled_bridges().await?;
-        let count = bridges.len();
-        for bridge in bridges {
-            self.spawn(bridge);
+    /// Runs the enabled bridges this instance owns or can claim (their owner is dead or
+    /// there is none) and stops the ones another instance took over or that are gone.
+    /// Called at start and every heartbeat; returns how many it started.
+    pub async fn reconcile(&self, live: &[InstanceId]) -> Result<usize> {
+        let me = self.cluster.me();
+        let repo = self.store.gateway();
+        let bridges = repo.enabled_bridges().await?;
+        let wanted: std::collections::HashSet<Key> = bridges
+            .iter()
+            .map(|b| (b.user_id.clone(), b.assistant_id.clone()))
+            .collect();
+        let stale: Vec<Key> = self
+            .running
+            .lock()
+            .expect("bridges lock")
+            .keys()
+            .filter(|key| !wanted.contains(*key))
+            .cloned()
+            .collect();
+        for key in stale {
+            self.stop(key);
         }
-        Ok(count)
+        let mut started = 0;
+        for bridge in bridges {
+            let key = (bridge.user_id.clone(), bridge.assistant_id.clone());
+            let running_here = self
+                .running
+                .lock()
+                .expect("bridges lock")
+                .contains_key(&key);
+            if bridge.owner_instance == Some(me) && running_here {
+                continue;
+            }
+            if repo.claim_bridge(bridge.id, me, live).await? {
+                if !running_here {
+                    self.spawn(bridge);
+                    started += 1;
+                }
+            } else if running_here {
+                tracing::info!(user = %key.0, assistant = %key.1.as_str(), "a Xiaozhi bridge moved to another instance");
+                self.stop(key);
+            }
+        }
+        Ok(started)
+    }
+
+    /// Another instance saved or deleted the bridge (and runs it now, if anyone does).
+    pub fn changed_elsewhere(&self, user: &UserId, assistant: &AssistantId) {
+        self.stop((user.clone(), assistant.clone()));
     }
 
     /// Creates or replaces the assistant's bridge and (re)starts it.
@@ -141,6 +191,7 @@ impl XiaozhiBridges {
             assistant_id: assistant.clone(),
             endpoint: url.to_string(),
             enabled,
+            owner_instance: Some(self.cluster.me()),
             created_at: existing.as_ref().map_or(now, |b| b.created_at),
             updated_at: now,
         };
@@ -149,6 +200,10 @@ impl XiaozhiBridges {
         if enabled {
             self.spawn(bridge.clone());
         }
+        self.cluster.tell(Note::BridgeChanged {
+            user: user.to_string(),
+            assistant: assistant.as_str().to_owned(),
+        });
         Ok(bridge)
     }
 
@@ -174,7 +229,11 @@ impl XiaozhiBridges {
             .unwrap_or_else(|| BridgeStatus {
                 user_id: user.to_string(),
                 assistant_id: assistant.as_str().to_owned(),
-                state: BridgeState::Disabled,
+                state: if bridge.enabled {
+                    BridgeState::Elsewhere
+                } else {
+                    BridgeState::Disabled
+                },
                 endpoint: redacted(&bridge.endpoint),
                 connected_at: None,
                 connections: 0,
@@ -192,6 +251,10 @@ impl XiaozhiBridges {
                 assistant.as_str().to_owned(),
             ));
         }
+        self.cluster.tell(Note::BridgeChanged {
+            user: user.to_string(),
+            assistant: assistant.as_str().to_owned(),
+        });
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use moka::future::Cache;
 
 use uuid::Uuid;
 
+use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{AssistantId, UserId};
 use crate::error::{Error, Resource, Result};
@@ -15,19 +16,22 @@ use crate::store::Store;
 
 /// Bound server ids by (user, assistant): every chat round, gateway call and tool-calls
 /// request needs them, and they change rarely. Changes made on this instance apply at
-/// once; other instances see them within [`BINDINGS_TTL`].
+/// once and are told to the other instances (which also drop entries after
+/// [`BINDINGS_TTL`], should a note be missed).
 #[derive(Clone)]
 pub struct BindingCache {
     store: Store,
     cache: Cache<(UserId, AssistantId), Arc<Vec<Uuid>>>,
+    cluster: Cluster,
 }
 
 pub const BINDINGS_TTL: Duration = Duration::from_secs(5);
 
 impl BindingCache {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, cluster: Cluster) -> Self {
         Self {
             store,
+            cluster,
             cache: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(BINDINGS_TTL)
@@ -56,10 +60,17 @@ impl BindingCache {
         self.cache
             .invalidate(&(user.clone(), assistant.clone()))
             .await;
+        self.cluster.tell(Note::BindingsChanged);
     }
 
     /// After a server was deleted (it is unbound from every assistant).
     pub fn forget_all(&self) {
+        self.forget_here();
+        self.cluster.tell(Note::BindingsChanged);
+    }
+
+    /// Bindings changed on another instance.
+    pub fn forget_here(&self) {
         self.cache.invalidate_all();
     }
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::normalize_tool_list;
+use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
     EmbeddedKind, MASK, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch,
@@ -57,6 +58,8 @@ pub struct ServerService {
     pool: Pool,
     /// Deleting a server unbinds it everywhere.
     bindings: super::assistants::BindingCache,
+    /// Other instances close their connections to a changed server too.
+    cluster: Cluster,
 }
 
 /// An embedded server: only its kind, nothing of the other transports.
@@ -91,6 +94,7 @@ impl ServerService {
         url_policy: Arc<UrlPolicy>,
         pool: Pool,
         bindings: super::assistants::BindingCache,
+        cluster: Cluster,
     ) -> Self {
         Self {
             store,
@@ -98,7 +102,21 @@ impl ServerService {
             url_policy,
             pool,
             bindings,
+            cluster,
         }
+    }
+
+    async fn stop_everywhere(&self, user: &UserId, server: Uuid) {
+        self.pool
+            .stop(&ConnectionKey {
+                user: user.clone(),
+                server,
+            })
+            .await;
+        self.cluster.tell(Note::ServerChanged {
+            user: user.to_string(),
+            server,
+        });
     }
 
     pub async fn list(&self, user: &UserId) -> Result<Vec<McpServer>> {
@@ -151,13 +169,8 @@ impl ServerService {
         if !updated {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
-        // The next use connects with the new definition.
-        self.pool
-            .stop(&ConnectionKey {
-                user: user.clone(),
-                server: server.id,
-            })
-            .await;
+        // The next use connects with the new definition, here and on other instances.
+        self.stop_everywhere(user, server.id).await;
         tracing::info!(user = %user, server = %server.id, "MCP server updated");
         Ok(server)
     }
@@ -168,12 +181,7 @@ impl ServerService {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
         self.bindings.forget_all();
-        self.pool
-            .stop(&ConnectionKey {
-                user: user.clone(),
-                server: uuid,
-            })
-            .await;
+        self.stop_everywhere(user, uuid).await;
         tracing::info!(user = %user, server = %uuid, "MCP server deleted");
         Ok(())
     }

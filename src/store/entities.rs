@@ -5,6 +5,7 @@ pub mod assistant_server;
 pub mod audit_entry;
 pub mod conversation;
 pub mod gateway_token;
+pub mod instance;
 pub mod mcp_server;
 pub mod message;
 pub mod preset;

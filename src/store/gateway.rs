@@ -4,13 +4,15 @@ use std::sync::Arc;
 
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, QueryFilter,
+    QueryOrder, sea_query::Expr,
 };
 use uuid::Uuid;
 
 use super::entities::{gateway_token, xiaozhi_bridge};
+use super::instances::ids;
 use super::{StoreError, corrupt};
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, InstanceId, UserId};
 use crate::security::Cipher;
 
 #[derive(Debug, Clone)]
@@ -31,6 +33,8 @@ pub struct XiaozhiBridge {
     /// Clear text: the repository seals it on write and opens it on read.
     pub endpoint: String,
     pub enabled: bool,
+    /// The instance running it; the one that last saved it takes it over.
+    pub owner_instance: Option<InstanceId>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -130,6 +134,7 @@ impl GatewayRepo {
                 .open(&row.endpoint)
                 .map_err(|e| corrupt("endpoint", e))?,
             enabled: row.enabled,
+            owner_instance: row.owner_instance.map(InstanceId),
             created_at: row.created_at,
             updated_at: row.updated_at,
         })
@@ -143,6 +148,7 @@ impl GatewayRepo {
             assistant_id: Set(bridge.assistant_id.as_str().to_owned()),
             endpoint: Set(self.cipher.seal(&bridge.endpoint)),
             enabled: Set(bridge.enabled),
+            owner_instance: Set(bridge.owner_instance.map(|i| i.0)),
             created_at: Set(bridge.created_at),
             updated_at: Set(bridge.updated_at),
         })
@@ -154,6 +160,7 @@ impl GatewayRepo {
             .update_columns([
                 xiaozhi_bridge::Column::Endpoint,
                 xiaozhi_bridge::Column::Enabled,
+                xiaozhi_bridge::Column::OwnerInstance,
                 xiaozhi_bridge::Column::UpdatedAt,
             ])
             .to_owned(),
@@ -185,6 +192,28 @@ impl GatewayRepo {
             .into_iter()
             .map(|row| self.bridge(row))
             .collect()
+    }
+
+    /// Makes `me` the runner of the bridge unless a live other instance runs it.
+    pub async fn claim_bridge(
+        &self,
+        id: Uuid,
+        me: InstanceId,
+        live: &[InstanceId],
+    ) -> Result<bool, StoreError> {
+        let updated = xiaozhi_bridge::Entity::update_many()
+            .col_expr(xiaozhi_bridge::Column::OwnerInstance, Expr::value(me.0))
+            .filter(xiaozhi_bridge::Column::Id.eq(id))
+            .filter(xiaozhi_bridge::Column::Enabled.eq(true))
+            .filter(
+                Condition::any()
+                    .add(xiaozhi_bridge::Column::OwnerInstance.is_null())
+                    .add(xiaozhi_bridge::Column::OwnerInstance.eq(me.0))
+                    .add(xiaozhi_bridge::Column::OwnerInstance.is_not_in(ids(live))),
+            )
+            .exec(&self.db)
+            .await?;
+        Ok(updated.rows_affected > 0)
     }
 
     pub async fn delete_bridge(

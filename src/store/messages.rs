@@ -1,15 +1,16 @@
 //! `messages` with their embedded ToolCallRecords, and the audit log of executed calls.
 
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, sea_query::Expr,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::entities::{audit_entry, message};
+use super::instances::ids;
 use super::{StoreError, corrupt, from_json};
-use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -21,6 +22,8 @@ pub struct StoredMessage {
     pub tool_calls: Vec<ToolCallRecord>,
     /// Set by the agent loop on assistant messages (model, rounds, finish reason).
     pub metadata: Option<Value>,
+    /// The instance whose confirmation actor writes the open calls.
+    pub owner_instance: Option<InstanceId>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -78,6 +81,7 @@ impl MessageRepo {
             tool_calls: Set(serde_json::json!(message.tool_calls)),
             open_calls: Set(open_count(&message.tool_calls)),
             metadata: Set(message.metadata.clone()),
+            owner_instance: Set(message.owner_instance.map(|i| i.0)),
             created_at: Set(message.created_at),
             updated_at: Set(message.updated_at),
         })
@@ -86,24 +90,60 @@ impl MessageRepo {
         Ok(())
     }
 
+    /// Writes the records if `owner` still holds the message; `false` when another
+    /// instance took it over (this instance was presumed dead): its copy is stale.
     pub async fn save_tool_calls(
         &self,
         user: &UserId,
         id: Uuid,
         calls: &[ToolCallRecord],
-    ) -> Result<(), StoreError> {
-        message::Entity::update_many()
+        owner: InstanceId,
+    ) -> Result<bool, StoreError> {
+        let updated = message::Entity::update_many()
             .set(message::ActiveModel {
                 tool_calls: Set(serde_json::json!(calls)),
                 open_calls: Set(open_count(calls)),
+                owner_instance: Set(Some(owner.0)),
                 updated_at: Set(crate::domain::now()),
                 ..Default::default()
             })
             .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
+            .filter(
+                Condition::any()
+                    .add(message::Column::OwnerInstance.is_null())
+                    .add(message::Column::OwnerInstance.eq(owner.0)),
+            )
             .exec(&self.db)
             .await?;
-        Ok(())
+        Ok(updated.rows_affected > 0)
+    }
+
+    /// Makes `me` the writer of the message's calls if nobody else holds open calls of
+    /// it or, given the `live` instances, if the one holding them is dead. `false` when
+    /// the message is missing or another (live) instance holds it.
+    pub async fn claim(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        me: InstanceId,
+        live: Option<&[InstanceId]>,
+    ) -> Result<bool, StoreError> {
+        let mut free = Condition::any()
+            .add(message::Column::OwnerInstance.is_null())
+            .add(message::Column::OwnerInstance.eq(me.0))
+            .add(message::Column::OpenCalls.eq(0));
+        if let Some(live) = live {
+            free = free.add(message::Column::OwnerInstance.is_not_in(ids(live)));
+        }
+        let updated = message::Entity::update_many()
+            .col_expr(message::Column::OwnerInstance, Expr::value(me.0))
+            .filter(message::Column::Id.eq(id))
+            .filter(message::Column::UserId.eq(user.as_str()))
+            .filter(free)
+            .exec(&self.db)
+            .await?;
+        Ok(updated.rows_affected > 0)
     }
 
     /// The text and notes of a message; its ToolCallRecords are left to their writer.
@@ -147,10 +187,15 @@ impl MessageRepo {
         rows.into_iter().map(to_domain).collect()
     }
 
-    /// Messages with calls a previous process left pending or invoking.
-    pub async fn with_open_calls(&self) -> Result<Vec<StoredMessage>, StoreError> {
+    /// Messages with open calls no live instance holds (their owner stopped or died).
+    pub async fn orphaned(&self, live: &[InstanceId]) -> Result<Vec<StoredMessage>, StoreError> {
         message::Entity::find()
             .filter(message::Column::OpenCalls.gt(0))
+            .filter(
+                Condition::any()
+                    .add(message::Column::OwnerInstance.is_null())
+                    .add(message::Column::OwnerInstance.is_not_in(ids(live))),
+            )
             .all(&self.db)
             .await?
             .into_iter()
@@ -189,6 +234,7 @@ fn to_domain(row: message::Model) -> Result<StoredMessage, StoreError> {
         content: row.content,
         tool_calls: from_json("tool_calls", row.tool_calls)?,
         metadata: row.metadata,
+        owner_instance: row.owner_instance.map(InstanceId),
         created_at: row.created_at,
         updated_at: row.updated_at,
     })

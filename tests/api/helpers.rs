@@ -139,6 +139,19 @@ impl TestApp {
         self.shutdown.cancel();
     }
 
+    /// A second instance of the service on the same database (and data directory, so
+    /// the same encryption key), as behind a load balancer.
+    pub async fn another_instance(&self) -> TestApp {
+        let mut app = start(self.settings.clone(), tempfile::tempdir().unwrap()).await;
+        app.service_key = self.service_key.clone();
+        app
+    }
+
+    /// Whether the test database is PostgreSQL (instances can then talk to each other).
+    pub fn on_postgres(&self) -> bool {
+        mcp_pool::store::database_url(&self.settings).starts_with("postgres")
+    }
+
     /// Stops the service as SIGTERM would and starts a new one on the same database.
     pub async fn restart(mut self) -> TestApp {
         self.wait_stopped().await;

@@ -27,14 +27,15 @@ async fn wait_for_line(
 }
 
 /// The binary, serving with JSON logs on a free port; its log lines are collected.
-struct Binary {
-    child: tokio::process::Child,
+pub struct Binary {
+    pub child: tokio::process::Child,
     lines: Arc<Mutex<Vec<String>>>,
-    base: String,
+    pub base: String,
     _data: tempfile::TempDir,
 }
 
-async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
+/// `extra_env` comes last, so it may override the data directory.
+pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-pool"))
         .arg("serve")

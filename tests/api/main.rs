@@ -5,6 +5,7 @@ mod assistants;
 mod auth;
 mod chat;
 mod cli;
+mod cluster;
 mod embedded;
 mod gateway;
 mod global_servers;

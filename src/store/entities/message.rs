@@ -15,6 +15,8 @@ pub struct Model {
     pub tool_calls: Json,
     /// Tool calls still pending or invoking.
     pub open_calls: i32,
+    /// The instance whose confirmation actor writes the open calls (`instances.id`).
+    pub owner_instance: Option<Uuid>,
     /// The agent loop's notes on an assistant message: model, rounds, finish reason.
     #[sea_orm(column_type = "JsonBinary", nullable)]
     pub metadata: Option<Json>,

@@ -11,6 +11,8 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub endpoint: String,
     pub enabled: bool,
+    /// The instance running the bridge (`instances.id`).
+    pub owner_instance: Option<Uuid>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

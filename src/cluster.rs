@@ -1,0 +1,288 @@
+//! Several instances of the service on one database.
+//!
+//! Each process registers a fresh [`InstanceId`] and beats a heartbeat into `instances`;
+//! one that stops beating for `cluster.instance_ttl_secs` is dead. Work that must have a
+//! single owner (a message's open tool calls, a Xiaozhi bridge) records its owning
+//! instance, so a start or a sweep only settles or takes over what dead instances held.
+//!
+//! Instances talk through PostgreSQL `NOTIFY` on one channel: [`Note`]s, each sent to all
+//! (the ones addressed `to` a single instance are ignored by the others). On SQLite there
+//! is no such channel; the service is then one instance and [`Cluster::tell`] does nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::ClusterSettings;
+use crate::domain::InstanceId;
+use crate::store::{Store, StoreError};
+
+const CHANNEL: &str = "mcp_pool_cluster";
+
+/// What one instance tells the others.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Note {
+    /// A new instance: the others stop assuming they are alone.
+    Joined,
+    /// An approval or rejection for a parked call `to` holds.
+    ConfirmCall {
+        request: Uuid,
+        to: InstanceId,
+        user: String,
+        message: Uuid,
+        call_id: String,
+        approved: bool,
+    },
+    /// The answer to a `ConfirmCall`; the record itself is read from the database.
+    CallConfirmed {
+        request: Uuid,
+        to: InstanceId,
+        outcome: Result<(), ConfirmFailure>,
+    },
+    /// A ToolCallRecord changed: instances with event streams of the user relay it.
+    ToolCallChanged {
+        user: String,
+        message: Uuid,
+        call_id: String,
+    },
+    /// A server was changed or deleted: its connections elsewhere must close.
+    ServerChanged { user: String, server: Uuid },
+    /// Assistant bindings changed: cached bindings elsewhere must be dropped.
+    BindingsChanged,
+    /// A bridge was saved or deleted on the sender, which now runs it (or nobody does).
+    BridgeChanged { user: String, assistant: String },
+}
+
+/// Why a forwarded confirmation failed, as the owning instance saw it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum ConfirmFailure {
+    MessageNotFound,
+    ToolCallNotFound,
+    AlreadySettled,
+    /// Anything else; the text is for the log and the client.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    pub from: InstanceId,
+    #[serde(flatten)]
+    pub note: Note,
+}
+
+struct Inner {
+    me: InstanceId,
+    store: Store,
+    settings: ClusterSettings,
+    /// Notes to send, in order, by one task (`None` without NOTIFY).
+    outbox: Option<mpsc::UnboundedSender<String>>,
+    inbox: broadcast::Sender<Arc<Envelope>>,
+    /// No other live instance at the last heartbeat and no note from one since: changes
+    /// are not announced (a joining instance says so first).
+    alone: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl Cluster {
+    /// Registers this process and, on PostgreSQL, starts listening to the others.
+    pub async fn join(store: Store, settings: ClusterSettings) -> Result<Self, StoreError> {
+        let me = InstanceId::generate();
+        store.instances().register(me).await?;
+        let stop = CancellationToken::new();
+        let (inbox, _) = broadcast::channel(4096);
+        let alone = Arc::new(AtomicBool::new(true));
+        let outbox = match store.listen(CHANNEL).await? {
+            Some(listener) => {
+                tokio::spawn(receive(
+                    listener,
+                    me,
+                    inbox.clone(),
+                    alone.clone(),
+                    stop.clone(),
+                ));
+                let (sender, queue) = mpsc::unbounded_channel();
+                tokio::spawn(send(store.clone(), queue, stop.clone()));
+                Some(sender)
+            }
+            None => None,
+        };
+        let cluster = Self {
+            inner: Arc::new(Inner {
+                me,
+                store,
+                settings,
+                outbox,
+                inbox,
+                alone,
+                stop,
+            }),
+        };
+        cluster.refresh_alone().await?;
+        cluster.send_note(Note::Joined);
+        tracing::info!(instance = %me, "joined the cluster");
+        Ok(cluster)
+    }
+
+    pub fn me(&self) -> InstanceId {
+        self.inner.me
+    }
+
+    /// Whether this instance can reach the others (PostgreSQL); without it an approval
+    /// for another instance's parked call fails with HELD_ELSEWHERE.
+    pub fn can_forward(&self) -> bool {
+        self.inner.outbox.is_some()
+    }
+
+    pub fn forward_timeout(&self) -> Duration {
+        Duration::from_secs(self.inner.settings.forward_timeout_secs)
+    }
+
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs(self.inner.settings.heartbeat_secs)
+    }
+
+    fn silent_since(&self) -> chrono::DateTime<chrono::Utc> {
+        crate::domain::now()
+            - chrono::Duration::seconds(self.inner.settings.instance_ttl_secs as i64)
+    }
+
+    /// Instances alive now, this one included.
+    pub async fn live(&self) -> Result<Vec<InstanceId>, StoreError> {
+        self.inner.store.instances().live(self.silent_since()).await
+    }
+
+    pub async fn is_live(&self, instance: InstanceId) -> Result<bool, StoreError> {
+        if instance == self.inner.me {
+            return Ok(true);
+        }
+        self.inner
+            .store
+            .instances()
+            .is_live(instance, self.silent_since())
+            .await
+    }
+
+    /// Beats, then forgets instances long dead. Returns the live instances.
+    pub async fn beat(&self) -> Result<Vec<InstanceId>, StoreError> {
+        let instances = self.inner.store.instances();
+        if !instances.beat(self.inner.me).await? {
+            tracing::warn!(
+                instance = %self.inner.me,
+                "this instance's heartbeat had lapsed: other instances may have settled its \
+                 parked calls and taken over its bridges"
+            );
+        }
+        instances
+            .forget_silent(self.silent_since() - chrono::Duration::seconds(60))
+            .await?;
+        self.refresh_alone().await
+    }
+
+    async fn refresh_alone(&self) -> Result<Vec<InstanceId>, StoreError> {
+        let live = self.live().await?;
+        let alone = live.iter().all(|&i| i == self.inner.me);
+        self.inner.alone.store(alone, Ordering::Relaxed);
+        Ok(live)
+    }
+
+    /// Tells the other instances, if there are any; never waits.
+    pub fn tell(&self, note: Note) {
+        if !self.inner.alone.load(Ordering::Relaxed) {
+            self.send_note(note);
+        }
+    }
+
+    fn send_note(&self, note: Note) {
+        let Some(outbox) = &self.inner.outbox else {
+            return;
+        };
+        let envelope = Envelope {
+            from: self.inner.me,
+            note,
+        };
+        match serde_json::to_string(&envelope) {
+            Ok(payload) => {
+                let _ = outbox.send(payload);
+            }
+            Err(e) => tracing::error!(error = %e, "a cluster note did not serialize"),
+        }
+    }
+
+    /// Notes from the other instances (never this one's own).
+    pub fn notes(&self) -> broadcast::Receiver<Arc<Envelope>> {
+        self.inner.inbox.subscribe()
+    }
+
+    /// Removes this instance (a clean stop): the next sweep of any instance settles the
+    /// calls it left running, without waiting out the heartbeat timeout.
+    pub async fn leave(&self) {
+        self.inner.stop.cancel();
+        if let Err(e) = self.inner.store.instances().remove(self.inner.me).await {
+            tracing::warn!(error = %e, "could not deregister this instance");
+        }
+    }
+}
+
+/// Sends queued notes one at a time, so they arrive in the order they were told.
+async fn send(store: Store, mut queue: mpsc::UnboundedReceiver<String>, stop: CancellationToken) {
+    loop {
+        let payload = tokio::select! {
+            payload = queue.recv() => match payload { Some(p) => p, None => return },
+            _ = stop.cancelled() => return,
+        };
+        if let Err(e) = store.notify(CHANNEL, &payload).await {
+            tracing::warn!(error = %e, "a cluster note was not sent");
+        }
+    }
+}
+
+async fn receive(
+    mut listener: crate::store::NoteListener,
+    me: InstanceId,
+    inbox: broadcast::Sender<Arc<Envelope>>,
+    alone: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
+    loop {
+        let received = tokio::select! {
+            received = listener.recv() => received,
+            _ = stop.cancelled() => return,
+        };
+        match received {
+            Ok(Some(payload)) => match serde_json::from_str::<Envelope>(&payload) {
+                Ok(envelope) if envelope.from != me => {
+                    alone.store(false, Ordering::Relaxed);
+                    let _ = inbox.send(Arc::new(envelope));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "an unreadable cluster note was ignored"),
+            },
+            Ok(None) => {
+                tracing::warn!("the cluster channel reconnected; notes sent meanwhile were missed")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the cluster channel failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
