@@ -24,6 +24,9 @@ use crate::store::{Store, StoreError};
 
 const CHANNEL: &str = "mcp_pool_cluster";
 
+/// PostgreSQL refuses NOTIFY payloads from 8000 bytes on; what is bigger is referenced.
+pub const MAX_INLINE_BYTES: usize = 7000;
+
 /// What one instance tells the others.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(
@@ -50,10 +53,13 @@ pub enum Note {
         outcome: Result<(), ConfirmFailure>,
     },
     /// A ToolCallRecord changed: instances with event streams of the user relay it.
+    /// The record comes along when it fits in a note; otherwise it is read from the
+    /// database (its latest state then).
     ToolCallChanged {
         user: String,
         message: Uuid,
         call_id: String,
+        record: Option<serde_json::Value>,
     },
     /// A server was changed or deleted: its connections elsewhere must close.
     ServerChanged { user: String, server: Uuid },
@@ -92,6 +98,8 @@ struct Inner {
     /// are not announced (a joining instance says so first).
     alone: Arc<AtomicBool>,
     stop: CancellationToken,
+    /// The sending task, awaited on leave so queued notes still go out.
+    sender: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Clone)]
@@ -107,6 +115,7 @@ impl Cluster {
         let stop = CancellationToken::new();
         let (inbox, _) = broadcast::channel(4096);
         let alone = Arc::new(AtomicBool::new(true));
+        let mut sender = None;
         let outbox = match store.listen(CHANNEL).await? {
             Some(listener) => {
                 tokio::spawn(receive(
@@ -116,9 +125,9 @@ impl Cluster {
                     alone.clone(),
                     stop.clone(),
                 ));
-                let (sender, queue) = mpsc::unbounded_channel();
-                tokio::spawn(send(store.clone(), queue, stop.clone()));
-                Some(sender)
+                let (outbox, queue) = mpsc::unbounded_channel();
+                sender = Some(tokio::spawn(send(store.clone(), queue, stop.clone())));
+                Some(outbox)
             }
             None => None,
         };
@@ -131,6 +140,7 @@ impl Cluster {
                 inbox,
                 alone,
                 stop,
+                sender: std::sync::Mutex::new(sender),
             }),
         };
         cluster.refresh_alone().await?;
@@ -201,9 +211,16 @@ impl Cluster {
         Ok(live)
     }
 
-    /// Tells the other instances, if there are any; never waits.
+    /// Whether a note would go anywhere now (callers skip preparing one otherwise).
+    pub fn has_company(&self) -> bool {
+        self.inner.outbox.is_some() && !self.inner.alone.load(Ordering::Relaxed)
+    }
+
+    /// Tells the other instances, if there are any; never waits. A note addressed to
+    /// one instance always goes out (its sender knows that instance is live).
     pub fn tell(&self, note: Note) {
-        if !self.inner.alone.load(Ordering::Relaxed) {
+        let addressed = matches!(note, Note::ConfirmCall { .. } | Note::CallConfirmed { .. });
+        if addressed || !self.inner.alone.load(Ordering::Relaxed) {
             self.send_note(note);
         }
     }
@@ -233,22 +250,34 @@ impl Cluster {
     /// calls it left running, without waiting out the heartbeat timeout.
     pub async fn leave(&self) {
         self.inner.stop.cancel();
+        let sender = self.inner.sender.lock().expect("sender lock").take();
+        if let Some(sender) = sender {
+            let _ = tokio::time::timeout(Duration::from_secs(5), sender).await;
+        }
         if let Err(e) = self.inner.store.instances().remove(self.inner.me).await {
             tracing::warn!(error = %e, "could not deregister this instance");
         }
     }
 }
 
-/// Sends queued notes one at a time, so they arrive in the order they were told.
+/// Sends queued notes one at a time, so they arrive in the order they were told; on
+/// `stop`, what is queued still goes out.
 async fn send(store: Store, mut queue: mpsc::UnboundedReceiver<String>, stop: CancellationToken) {
     loop {
         let payload = tokio::select! {
             payload = queue.recv() => match payload { Some(p) => p, None => return },
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
         };
-        if let Err(e) = store.notify(CHANNEL, &payload).await {
-            tracing::warn!(error = %e, "a cluster note was not sent");
-        }
+        notify(&store, &payload).await;
+    }
+    while let Ok(payload) = queue.try_recv() {
+        notify(&store, &payload).await;
+    }
+}
+
+async fn notify(store: &Store, payload: &str) {
+    if let Err(e) = store.notify(CHANNEL, payload).await {
+        tracing::warn!(error = %e, "a cluster note was not sent");
     }
 }
 

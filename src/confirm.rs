@@ -65,14 +65,21 @@ pub struct ConfirmDeps {
 fn announce(deps: &ConfirmDeps, user: &UserId, message: Uuid, record: &ToolCallRecord) {
     deps.events
         .publish(user, TOOL_CALL_EVENT, tool_call_event(message, record));
-    deps.cluster.tell(Note::ToolCallChanged {
-        user: user.to_string(),
-        message,
-        call_id: record.id.clone(),
-    });
+    if deps.cluster.has_company() {
+        let inline = serde_json::to_string(record)
+            .ok()
+            .filter(|json| json.len() <= crate::cluster::MAX_INLINE_BYTES)
+            .and_then(|json| serde_json::from_str(&json).ok());
+        deps.cluster.tell(Note::ToolCallChanged {
+            user: user.to_string(),
+            message,
+            call_id: record.id.clone(),
+            record: inline,
+        });
+    }
 }
 
-fn tool_call_event(message: Uuid, record: &ToolCallRecord) -> Value {
+fn tool_call_event(message: Uuid, record: &impl serde::Serialize) -> Value {
     json!({"messageId": message, "toolCall": record})
 }
 
@@ -455,8 +462,20 @@ impl Confirmations {
     }
 
     /// Another instance changed a record: users with an event stream here see it too.
-    pub async fn relay_change(&self, user: &UserId, message: Uuid, call_id: &str) {
+    pub async fn relay_change(
+        &self,
+        user: &UserId,
+        message: Uuid,
+        call_id: &str,
+        record: Option<&Value>,
+    ) {
         if !self.deps.events.is_watched(user) {
+            return;
+        }
+        if let Some(record) = record {
+            self.deps
+                .events
+                .publish(user, TOOL_CALL_EVENT, tool_call_event(message, record));
             return;
         }
         match self.deps.store.messages().get(user, message).await {

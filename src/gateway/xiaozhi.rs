@@ -144,6 +144,16 @@ impl XiaozhiBridges {
                 .lock()
                 .expect("bridges lock")
                 .contains_key(&key);
+            let held_by_live_other = bridge
+                .owner_instance
+                .is_some_and(|owner| owner != me && live.contains(&owner));
+            if held_by_live_other {
+                if running_here {
+                    tracing::info!(user = %key.0, assistant = %key.1.as_str(), "a Xiaozhi bridge moved to another instance");
+                    self.stop(key);
+                }
+                continue;
+            }
             if bridge.owner_instance == Some(me) && running_here {
                 continue;
             }

@@ -111,21 +111,19 @@ impl Services {
                 user,
                 message,
                 call_id,
+                record,
             } => {
                 if let Ok(user) = UserId::parse(user) {
                     self.confirmations
-                        .relay_change(&user, *message, call_id)
+                        .relay_change(&user, *message, call_id, record.as_ref())
                         .await;
                 }
             }
             Note::ServerChanged { user, server } => {
                 if let Ok(user) = UserId::parse(user) {
-                    self.pool
-                        .stop(&ConnectionKey {
-                            user,
-                            server: *server,
-                        })
-                        .await;
+                    // Closing a session may take seconds; other notes do not wait for it.
+                    let (pool, server) = (self.pool.clone(), *server);
+                    tokio::spawn(async move { pool.stop(&ConnectionKey { user, server }).await });
                 }
             }
             Note::BindingsChanged => self.bindings.forget_here(),
