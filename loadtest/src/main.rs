@@ -64,6 +64,16 @@ enum Scenario {
         #[arg(long, default_value_t = 64)]
         per_message: usize,
     },
+    /// Two instances on one PostgreSQL database: approvals on the instance holding the
+    /// parked call and on the other one (forwarded).
+    Cluster {
+        /// A PostgreSQL database the two instances share (its tables are created).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+        database_url: String,
+        /// Approvals timed per path.
+        #[arg(long, default_value_t = 1000)]
+        approve: usize,
+    },
     /// The agent loop against a scripted LLM: chats and rounds per second.
     Chat {
         #[arg(long, default_value_t = 2000)]
@@ -115,6 +125,10 @@ async fn main() -> Result<()> {
             approve,
             per_message,
         } => scenarios::confirmations::run(parked, approve, per_message, cli.json).await,
+        Scenario::Cluster {
+            database_url,
+            approve,
+        } => scenarios::cluster::run(database_url, approve, cli.json).await,
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }

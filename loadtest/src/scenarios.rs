@@ -4,5 +4,6 @@
 pub mod actors;
 pub mod call_overhead;
 pub mod chat;
+pub mod cluster;
 pub mod confirmations;
 pub mod soak;

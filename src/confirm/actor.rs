@@ -107,14 +107,16 @@ impl ActorState {
         self.records.iter().position(|r| r.id == call_id)
     }
 
+    /// Starts the call in a task; its handle lets an approval whose write failed take it
+    /// back (dropping the request tells the upstream to cancel it).
     fn start_execution(
         &self,
         myself: &ActorRef<ConfirmMsg>,
         record: &ToolCallRecord,
         span: &tracing::Span,
-    ) {
+    ) -> Option<tokio::task::AbortHandle> {
         let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
-            return;
+            return None;
         };
         let executor = self.deps.executor.clone();
         let (me, user, call_id, arguments) = (
@@ -127,7 +129,7 @@ impl ActorState {
             let outcome = executor(user, server, tool, arguments).await;
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
         };
-        tokio::spawn(tracing::Instrument::instrument(execution, span.clone()));
+        Some(tokio::spawn(tracing::Instrument::instrument(execution, span.clone())).abort_handle())
     }
 
     fn park(
@@ -282,7 +284,9 @@ impl Actor for ConfirmationActor {
                 for record in &state.records[before..] {
                     state.announce(record);
                     match record.status {
-                        ToolCallStatus::Invoking => state.start_execution(&myself, record, &span),
+                        ToolCallStatus::Invoking => {
+                            state.start_execution(&myself, record, &span);
+                        }
                         ToolCallStatus::Pending => {
                             let timer = state.park(&myself, record);
                             state.timers.push(timer);
@@ -310,10 +314,19 @@ impl Actor for ConfirmationActor {
                     // Start at once; the stored 'invoking' still precedes its announcement,
                     // and the result cannot be handled before this message is done.
                     state.records[index].status = ToolCallStatus::Invoking;
-                    state.start_execution(&myself, &state.records[index], &span);
+                    let execution = state.start_execution(&myself, &state.records[index], &span);
                     let persisted = state.persist(None).await;
-                    if persisted.is_ok() {
-                        state.announce(&state.records[index]);
+                    match &persisted {
+                        Ok(()) => state.announce(&state.records[index]),
+                        // Not approved after all: the answer says so, the record stays
+                        // parked, and the call is taken back (best effort: a fast tool
+                        // may have run already).
+                        Err(_) => {
+                            state.records[index].status = ToolCallStatus::Pending;
+                            if let Some(execution) = execution {
+                                execution.abort();
+                            }
+                        }
                     }
                     persisted
                 } else {

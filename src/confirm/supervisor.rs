@@ -58,21 +58,18 @@ impl SupervisorState {
             Lookup::Absent => {}
         }
         let repo = self.deps.store.messages();
-        let me = self.deps.cluster.me();
-        // Claimed before it is read, so the records cannot change under the new actor.
-        let mut claimed = repo.claim(&user, message, me, None).await?;
-        if !claimed && let Some(stored) = repo.get(&user, message).await? {
-            // Held by another instance; take it only if that one is dead.
-            let live = self.deps.cluster.live().await?;
-            claimed = repo.claim(&user, message, me, Some(&live)).await?;
-            if !claimed {
-                tracing::info!(%message, owner = ?stored.owner_instance, "the message's calls are held by another instance");
-                return Err(Error::HeldElsewhere);
-            }
-        }
         let (exists, records) = match repo.get(&user, message).await? {
-            Some(stored) => (true, stored.tool_calls),
-            // Another user's message id answers exactly like a missing one.
+            Some(_) => {
+                self.claim(&user, message).await?;
+                // Read again after the claim: now nobody else can change the records.
+                let stored = repo
+                    .get(&user, message)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+                (true, stored.tool_calls)
+            }
+            // Another user's message id answers exactly like a missing one. A new message
+            // is inserted with this instance as its owner.
             None if create && !repo.exists(message).await? => (false, Vec::new()),
             None => return Err(Error::NotFound(Resource::Message, message.to_string())),
         };
@@ -92,6 +89,23 @@ impl SupervisorState {
             .insert(actor.get_id(), (user.clone(), message));
         self.registry.insert(user, message, actor.clone());
         Ok(actor)
+    }
+
+    /// Makes this instance the writer of an existing message, unless a live other
+    /// instance holds open calls of it.
+    async fn claim(&self, user: &UserId, message: Uuid) -> Result<()> {
+        let repo = self.deps.store.messages();
+        let me = self.deps.cluster.me();
+        if repo.claim(user, message, me, None).await? {
+            return Ok(());
+        }
+        // Held by another instance; taken over only if that one is dead.
+        let live = self.deps.cluster.live().await?;
+        if repo.claim(user, message, me, Some(&live)).await? {
+            return Ok(());
+        }
+        tracing::info!(%message, "the message's calls are held by another instance");
+        Err(Error::HeldElsewhere)
     }
 
     async fn settle_orphan(

@@ -114,6 +114,37 @@ async fn the_calls_of_a_crashed_instance_are_settled_by_a_live_one() {
     assert_eq!(late.code(), "TOOL_CALL_SETTLED");
 }
 
+#[tokio::test]
+async fn an_instance_whose_message_was_taken_over_stops_writing_it() {
+    let a = spawn_pool_app_with(fast_heartbeat).await;
+    setup(&a).await;
+    let message = park_add(&a, &a.address).await;
+    // What another instance does when it believes A is dead: it takes the message over.
+    // The new owner's id is one no instance has (the message's own, stored the same way
+    // on either database), so it is dead as well.
+    a.raw_execute("UPDATE messages SET owner_instance = id WHERE open_calls > 0")
+        .await;
+
+    let refused = a.confirm("u", &message, "c1", true).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "HELD_ELSEWHERE"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        record(&a, &message).await["status"],
+        "pending",
+        "nothing written"
+    );
+    // The stale actor stopped; asking again takes the message back from the dead owner.
+    a.confirm_ok(&message, "c1", true).await;
+    eventually("the call ran", || async {
+        record(&a, &message).await["status"] == "done"
+    })
+    .await;
+}
+
 /// `assistant.toolCall.updated` statuses read from an event stream, until `want` came.
 async fn statuses(
     stream: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),

@@ -290,6 +290,15 @@ impl TestApp {
         db.close().await.ok();
         values
     }
+
+    /// Runs one statement straight on the database (what another process might do).
+    pub async fn raw_execute(&self, sql: &str) {
+        let db = Database::connect(mcp_pool::store::database_url(&self.settings))
+            .await
+            .expect("connect");
+        db.execute_unprepared(sql).await.expect("statement runs");
+        db.close().await.ok();
+    }
 }
 
 impl Drop for TestApp {
