@@ -76,6 +76,8 @@ pub enum ConfirmFailure {
     MessageNotFound,
     ToolCallNotFound,
     AlreadySettled,
+    /// The addressee no longer holds the call either (it moved on meanwhile).
+    HeldElsewhere,
     /// Anything else; the text is for the log and the client.
     Failed(String),
 }

@@ -179,6 +179,7 @@ impl From<&Error> for ConfirmFailure {
             Error::NotFound(Resource::Message, _) => ConfirmFailure::MessageNotFound,
             Error::NotFound(Resource::ToolCall, _) => ConfirmFailure::ToolCallNotFound,
             Error::AlreadySettled(_) => ConfirmFailure::AlreadySettled,
+            Error::HeldElsewhere => ConfirmFailure::HeldElsewhere,
             other => ConfirmFailure::Failed(other.to_string()),
         }
     }
@@ -194,6 +195,7 @@ impl ConfirmFailure {
                 Error::NotFound(Resource::ToolCall, call_id.to_owned())
             }
             ConfirmFailure::AlreadySettled => Error::AlreadySettled(call_id.to_owned()),
+            ConfirmFailure::HeldElsewhere => Error::HeldElsewhere,
             ConfirmFailure::Failed(text) => {
                 Error::Unexpected(anyhow::anyhow!("on the instance holding the call: {text}"))
             }
