@@ -200,17 +200,28 @@ impl Cluster {
                  parked calls and taken over its bridges"
             );
         }
-        instances
-            .forget_silent(self.silent_since() - chrono::Duration::seconds(60))
-            .await?;
-        self.refresh_alone().await
+        instances.forget_silent(self.forgotten_before()).await?;
+        self.refresh_alone().await?;
+        self.live().await
     }
 
-    async fn refresh_alone(&self) -> Result<Vec<InstanceId>, StoreError> {
-        let live = self.live().await?;
-        let alone = live.iter().all(|&i| i == self.inner.me);
+    /// Rows silent since before this are deleted.
+    fn forgotten_before(&self) -> chrono::DateTime<chrono::Utc> {
+        self.silent_since() - chrono::Duration::seconds(60)
+    }
+
+    /// Alone only when no other instance has a row at all: one whose heartbeats merely
+    /// lag (a loaded host) must still hear about changes.
+    async fn refresh_alone(&self) -> Result<(), StoreError> {
+        let known = self
+            .inner
+            .store
+            .instances()
+            .live(self.forgotten_before())
+            .await?;
+        let alone = known.iter().all(|&i| i == self.inner.me);
         self.inner.alone.store(alone, Ordering::Relaxed);
-        Ok(live)
+        Ok(())
     }
 
     /// Whether a note would go anywhere now (callers skip preparing one otherwise).

@@ -17,10 +17,11 @@ use uuid::Uuid;
 use crate::helpers::{TestApp, spawn_pool_app_with};
 use crate::upstreams::{eventually, fixture_preset};
 
-/// Quick heartbeats, so a dead instance is noticed within seconds.
+/// Quick heartbeats, so a dead instance is noticed within seconds (but not so quick that
+/// a loaded test machine makes a live one look dead).
 fn fast_heartbeat(settings: &mut mcp_pool::Settings) {
     settings.cluster.heartbeat_secs = 1;
-    settings.cluster.instance_ttl_secs = 2;
+    settings.cluster.instance_ttl_secs = 5;
 }
 
 /// User `u` with the fixture bound to assistant `a1`; `echo` runs without approval.
@@ -89,7 +90,7 @@ async fn the_calls_of_a_crashed_instance_are_settled_by_a_live_one() {
         ("MCP_POOL__STORAGE__DATA_DIR", &data_dir),
         ("DATABASE_URL", &database_url),
         ("MCP_POOL__CLUSTER__HEARTBEAT_SECS", "1"),
-        ("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "2"),
+        ("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "5"),
     ])
     .await;
     let message = park_add(&b, &a.base).await;
