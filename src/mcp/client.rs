@@ -27,6 +27,23 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
+/// Keeps one progress notification of a call and passes it on to a live listener.
+fn note_progress(
+    update: rmcp::model::ProgressNotificationParam,
+    live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+    into: &mut Vec<Progress>,
+) {
+    let update = Progress {
+        progress: update.progress,
+        total: update.total,
+        message: update.message,
+    };
+    if let Some(live) = live {
+        let _ = live.send(update.clone());
+    }
+    into.push(update);
+}
+
 /// A tool call's result plus the progress the server reported along the way.
 #[derive(Debug, Clone)]
 pub struct CallOutcome {
@@ -311,27 +328,16 @@ impl McpClient {
         let result = loop {
             tokio::select! {
                 result = &mut response => break result,
-                Some(update) = progress_stream.next() => {
-                    let update = Progress {
-                        progress: update.progress,
-                        total: update.total,
-                        message: update.message,
-                    };
-                    if let Some(live) = live {
-                        let _ = live.send(update.clone());
-                    }
-                    progress.push(update);
-                }
+                Some(update) = progress_stream.next() => note_progress(update, live, &mut progress),
             }
         };
         guard.peer = None;
-        // Late notifications already queued belong to this call too.
+        // rmcp handles each notification in a task of its own, so progress sent before the
+        // result may be dispatched just after it: give those tasks a turn, then take what
+        // is queued (and pass it on like the rest).
+        tokio::task::yield_now().await;
         while let Some(Some(update)) = futures::FutureExt::now_or_never(progress_stream.next()) {
-            progress.push(Progress {
-                progress: update.progress,
-                total: update.total,
-                message: update.message,
-            });
+            note_progress(update, live, &mut progress);
         }
         match result? {
             ServerResult::CallToolResult(result) => Ok(CallOutcome { result, progress }),
