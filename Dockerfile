@@ -29,7 +29,7 @@ WORKDIR /home/mcp
 ENV MCP_POOL__SERVER__HOST=0.0.0.0 \
     MCP_POOL__STORAGE__DATA_DIR=/data
 VOLUME /data
-EXPOSE 8080
+EXPOSE 8080 50051
 # Probes: GET /healthz (alive), GET /readyz (database reachable); metrics at /metrics.
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/mcp-pool"]
 CMD ["serve"]

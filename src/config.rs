@@ -41,6 +41,7 @@ pub struct Settings {
     pub xiaozhi: XiaozhiSettings,
     pub global_servers: GlobalServersSettings,
     pub cluster: ClusterSettings,
+    pub grpc: GrpcSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,6 +67,14 @@ pub struct XiaozhiSettings {
     pub ping_interval_secs: u64,
     pub reconnect_min_secs: u64,
     pub reconnect_max_secs: u64,
+}
+
+/// The gRPC interface (see `grpc`), on `server.host`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcSettings {
+    pub enabled: bool,
+    pub port: u16,
 }
 
 /// Several instances on one database (see `cluster`).

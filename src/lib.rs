@@ -21,6 +21,7 @@ pub mod embedded;
 pub mod error;
 pub mod events;
 pub mod gateway;
+pub mod grpc;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;

@@ -39,6 +39,8 @@ pub struct Application {
     state: AppState,
     shutdown: CancellationToken,
     generated_admin_key: Option<String>,
+    /// The gRPC listener and its port, when `grpc.enabled`.
+    grpc: Option<(TcpListener, u16)>,
 }
 
 /// Opens the database and applies pending migrations; shared by `serve` and `migrate`.
@@ -81,6 +83,16 @@ impl Application {
             .await
             .map_err(|source| StartupError::Bind { address, source })?;
         let port = listener.local_addr().map_err(StartupError::Serve)?.port();
+        let grpc = if settings.grpc.enabled {
+            let address = format!("{}:{}", settings.server.host, settings.grpc.port);
+            let listener = TcpListener::bind(&address)
+                .await
+                .map_err(|source| StartupError::Bind { address, source })?;
+            let port = listener.local_addr().map_err(StartupError::Serve)?.port();
+            Some((listener, port))
+        } else {
+            None
+        };
         let shutdown = CancellationToken::new();
         Ok(Self {
             listener,
@@ -92,11 +104,17 @@ impl Application {
             },
             shutdown,
             generated_admin_key,
+            grpc,
         })
     }
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The gRPC port, when `grpc.enabled`.
+    pub fn grpc_port(&self) -> Option<u16> {
+        self.grpc.as_ref().map(|(_, port)| *port)
     }
 
     /// The admin key generated on this first start, if one was; the caller shows it once.
@@ -143,6 +161,21 @@ impl Application {
                 _ = on_signal.cancelled() => {}
             }
         });
+        let grpc = self.grpc.map(|(listener, port)| {
+            tracing::info!(port, "gRPC listening");
+            let stopping = shutdown.clone();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(crate::grpc::server(
+                        self.state.services.clone(),
+                        shutdown.clone(),
+                    ))
+                    .serve_with_incoming_shutdown(
+                        tokio_stream::wrappers::TcpListenerStream::new(listener),
+                        async move { stopping.cancelled().await },
+                    ),
+            )
+        });
         let stopping = shutdown.clone();
         let server = axum::serve(self.listener, api::router(self.state))
             .with_graceful_shutdown(async move { stopping.cancelled().await });
@@ -151,6 +184,14 @@ impl Application {
             result = server => result.map_err(StartupError::Serve)?,
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
                 tracing::warn!(?grace, "requests still running after the grace period; closing them");
+            }
+        }
+        if let Some(grpc) = grpc {
+            // Update streams end with the shutdown token; calls in flight get the grace.
+            match tokio::time::timeout(grace, grpc).await {
+                Ok(Ok(Err(error))) => tracing::error!(%error, "the gRPC server failed"),
+                Err(_) => tracing::warn!("gRPC calls still running after the grace period"),
+                _ => {}
             }
         }
         bridges.shutdown();

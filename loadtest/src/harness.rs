@@ -170,6 +170,7 @@ impl Service {
         let data = tempfile::tempdir()?;
         let mut settings = Settings::defaults();
         settings.server.port = 0;
+        settings.grpc.port = 0;
         settings.storage.data_dir = data.path().to_path_buf();
         settings.security.allow_loopback_urls = true;
         settings.pool.max_connections_per_user = 100_000;
@@ -214,6 +215,7 @@ impl Service {
             .arg("serve")
             .current_dir(data.path())
             .env("MCP_POOL__SERVER__PORT", port.to_string())
+            .env("MCP_POOL__GRPC__PORT", "0")
             .env("MCP_POOL__STORAGE__DATA_DIR", data.path())
             .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
             .env("MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS", "true")

@@ -22,6 +22,17 @@ impl ToolCallStatus {
     pub fn is_open(self) -> bool {
         matches!(self, ToolCallStatus::Pending | ToolCallStatus::Invoking)
     }
+
+    /// The wire name (as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Pending => "pending",
+            ToolCallStatus::Invoking => "invoking",
+            ToolCallStatus::Done => "done",
+            ToolCallStatus::Error => "error",
+            ToolCallStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -19,6 +19,8 @@ pub const ADMIN_KEY: &str = "test-admin-key-0123456789abcdef";
 
 pub struct TestApp {
     pub address: String,
+    /// `http://127.0.0.1:<grpc port>`.
+    pub grpc_address: String,
     pub settings: Settings,
     pub service_key: String,
     client: reqwest::Client,
@@ -82,6 +84,7 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
     let data_dir = tempfile::tempdir().expect("temp dir");
     let mut settings = Settings::defaults();
     settings.server.port = 0;
+    settings.grpc.port = 0;
     settings.storage.data_dir = data_dir.path().to_path_buf();
     settings.database.url = fresh_database_url().await.into();
     settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
@@ -104,12 +107,14 @@ async fn start(settings: Settings, data_dir: TempDir) -> TestApp {
         .await
         .expect("service builds");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let grpc_address = format!("http://127.0.0.1:{}", app.grpc_port().unwrap_or_default());
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(async move {
         app.run_until_stopped().await.expect("service runs");
     });
     TestApp {
         address,
+        grpc_address,
         settings,
         service_key: String::new(),
         client: reqwest::Client::new(),

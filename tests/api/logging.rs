@@ -43,6 +43,7 @@ pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("MCP_POOL__STORAGE__DATA_DIR", dir.path())
         .env("MCP_POOL__SERVER__PORT", "0")
+        .env("MCP_POOL__GRPC__PORT", "0")
         .env("MCP_POOL__LOG__FORMAT", "json")
         .env("RUST_LOG", "info")
         .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)

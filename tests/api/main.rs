@@ -9,6 +9,7 @@ mod cluster;
 mod embedded;
 mod gateway;
 mod global_servers;
+mod grpc;
 mod health;
 mod helpers;
 mod isolation;

@@ -1,0 +1,310 @@
+//! The gRPC interface (`proto/mcp_pool/v1/pool.proto`, service `mcppool.v1.McpPool`) for
+//! backends that prefer it to REST: served by tonic on its own port from the same
+//! process, over the same services (actors, confirmation rules, limits) and keys.
+//!
+//! Only this module knows tonic; `grpc/status.rs` maps errors to statuses, in one place.
+
+mod status;
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::domain::{AssistantId, UserId};
+use crate::error::Error;
+use crate::services::{ModelToolCall, Services};
+pub use status::ERROR_CODE_KEY;
+
+/// The generated messages, server and client.
+pub mod proto {
+    tonic::include_proto!("mcppool.v1");
+}
+
+use proto::mcp_pool_server::{McpPool, McpPoolServer};
+
+/// The service behind the generated server trait.
+#[derive(Clone)]
+pub struct GrpcApi {
+    services: Services,
+    /// Ends the update streams when the service stops.
+    shutdown: CancellationToken,
+}
+
+pub fn server(services: Services, shutdown: CancellationToken) -> McpPoolServer<GrpcApi> {
+    McpPoolServer::new(GrpcApi { services, shutdown })
+}
+
+const USER_ID_KEY: &str = "x-user-id";
+
+impl GrpcApi {
+    /// `authorization: Bearer <key>` (service or admin) and `x-user-id`, as for REST.
+    async fn user<T>(&self, request: &Request<T>) -> Result<UserId, Status> {
+        let metadata = request.metadata();
+        let token = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| {
+                status::from_error(&Error::Unauthorized(
+                    "missing metadata authorization: Bearer <key>".into(),
+                ))
+            })?;
+        // Service and admin keys may both act for a user, as on `/api/*`.
+        self.services
+            .keys
+            .authenticate(token)
+            .await
+            .map_err(|e| status::from_error(&e))?;
+        let user = metadata
+            .get(USER_ID_KEY)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| status::from_error(&Error::validation("missing metadata x-user-id")))?;
+        UserId::parse(user).map_err(|e| status::from_error(&e))
+    }
+}
+
+fn json_text(value: &Value) -> String {
+    if value.is_null() {
+        String::new()
+    } else {
+        value.to_string()
+    }
+}
+
+fn record(record: &crate::domain::ToolCallRecord) -> proto::ToolCallRecord {
+    proto::ToolCallRecord {
+        id: record.id.clone(),
+        status: record.status.as_str().to_owned(),
+        display_name: record.display_name.clone(),
+        server_id: record
+            .server_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        server_name: record.server_name.clone().unwrap_or_default(),
+        tool_name: record.tool_name.clone().unwrap_or_default(),
+        arguments_json: json_text(&record.arguments),
+        response_json: json_text(&record.response),
+        is_error: record.is_error,
+    }
+}
+
+/// `arguments_json` as a JSON value ({} when empty).
+fn arguments(text: &str) -> Result<Value, Status> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(text).map_err(|e| {
+        status::from_error(&Error::validation(format!(
+            "arguments_json is not JSON: {e}"
+        )))
+    })
+}
+
+type UpdateStream = Pin<Box<dyn Stream<Item = Result<proto::ToolCallUpdate, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl McpPool for GrpcApi {
+    async fn get_tools(
+        &self,
+        request: Request<proto::GetToolsRequest>,
+    ) -> Result<Response<proto::GetToolsResponse>, Status> {
+        let user = self.user(&request).await?;
+        let assistant = request.into_inner().assistant_id;
+        let upstream = &self.services.upstream;
+        let mut response = proto::GetToolsResponse::default();
+        if assistant.is_empty() {
+            let servers = self
+                .services
+                .servers
+                .list(&user)
+                .await
+                .map_err(|e| status::from_error(&e))?;
+            let active: Vec<_> = servers.iter().filter(|s| s.spec.is_active).collect();
+            let ids: Vec<String> = active.iter().map(|s| s.id.to_string()).collect();
+            let listings =
+                futures::future::join_all(ids.iter().map(|id| upstream.tools(&user, id))).await;
+            for (server, listing) in active.into_iter().zip(listings) {
+                match listing {
+                    Ok((_, catalog)) => {
+                        response
+                            .tools
+                            .extend(catalog.tools.iter().map(|tool| proto::Tool {
+                                server_id: server.id.to_string(),
+                                server_name: server.spec.name.as_str().to_owned(),
+                                tool_name: tool.name.to_string(),
+                                display_name: tool.name.to_string(),
+                                description:
+                                    tool.description.as_deref().unwrap_or_default().to_owned(),
+                                input_schema_json:
+                                    Value::Object((*tool.input_schema).clone()).to_string(),
+                            }))
+                    }
+                    Err(error) => response.unavailable.push(proto::UnavailableServer {
+                        server_id: server.id.to_string(),
+                        error_code: error.code().to_owned(),
+                        error_message: error.to_string(),
+                    }),
+                }
+            }
+        } else {
+            let assistant = AssistantId::parse(&assistant).map_err(|e| status::from_error(&e))?;
+            let listing = upstream
+                .assistant_tools(&user, &assistant)
+                .await
+                .map_err(|e| status::from_error(&e))?;
+            response.tools = listing
+                .tools
+                .iter()
+                .map(|tool| proto::Tool {
+                    server_id: tool.server.server.id.to_string(),
+                    server_name: tool.server.server.spec.name.as_str().to_owned(),
+                    tool_name: tool.tool.name.to_string(),
+                    display_name: tool.name.clone(),
+                    description: tool
+                        .tool
+                        .description
+                        .as_deref()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    input_schema_json: Value::Object((*tool.tool.input_schema).clone()).to_string(),
+                })
+                .collect();
+            response.unavailable = listing
+                .unavailable
+                .iter()
+                .map(|u| proto::UnavailableServer {
+                    server_id: u.server_id.to_string(),
+                    error_code: u.error.code().to_owned(),
+                    error_message: u.error.to_string(),
+                })
+                .collect();
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn call_tool(
+        &self,
+        request: Request<proto::CallToolRequest>,
+    ) -> Result<Response<proto::CallToolResponse>, Status> {
+        let user = self.user(&request).await?;
+        let call = request.into_inner();
+        let arguments = arguments(&call.arguments_json)?;
+        if call.message_id.is_empty() {
+            let report = self
+                .services
+                .upstream
+                .call_tool(&user, &call.server_id, &call.tool_name, arguments)
+                .await
+                .map_err(|e| status::from_error(&e))?;
+            let result = &report.outcome.result;
+            return Ok(Response::new(proto::CallToolResponse {
+                success: !result.is_error.unwrap_or(false),
+                result_json: serde_json::to_string(result).unwrap_or_default(),
+                record: None,
+            }));
+        }
+        let assistant = AssistantId::parse(&call.assistant_id).map_err(|_| {
+            status::from_error(&Error::validation(
+                "assistant_id is required with message_id",
+            ))
+        })?;
+        let records = self
+            .services
+            .tool_calls
+            .submit(
+                &user,
+                &call.message_id,
+                &assistant,
+                None,
+                vec![ModelToolCall {
+                    id: call.tool_call_id.clone(),
+                    name: call.tool_name,
+                    arguments,
+                }],
+            )
+            .await
+            .map_err(|e| status::from_error(&e))?;
+        let submitted = records
+            .iter()
+            .find(|r| r.id == call.tool_call_id)
+            .map(record);
+        Ok(Response::new(proto::CallToolResponse {
+            success: submitted.as_ref().is_some_and(|r| !r.is_error),
+            result_json: String::new(),
+            record: submitted,
+        }))
+    }
+
+    type StreamToolCallUpdatesStream = UpdateStream;
+
+    async fn stream_tool_call_updates(
+        &self,
+        request: Request<proto::StreamToolCallUpdatesRequest>,
+    ) -> Result<Response<Self::StreamToolCallUpdatesStream>, Status> {
+        let user = self.user(&request).await?;
+        let (_, live) = self.services.events.subscribe(&user, None);
+        let updates =
+            tokio_stream::wrappers::BroadcastStream::new(live).filter_map(|event| async move {
+                let event = event.ok()?;
+                if event.name != crate::confirm::TOOL_CALL_EVENT {
+                    return None;
+                }
+                let record: crate::domain::ToolCallRecord =
+                    serde_json::from_value(event.data["toolCall"].clone()).ok()?;
+                Some(Ok(proto::ToolCallUpdate {
+                    event_id: event.id,
+                    message_id: event.data["messageId"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    record: Some(self::record(&record)),
+                }))
+            });
+        let stop = self.shutdown.clone();
+        Ok(Response::new(Box::pin(
+            updates.take_until(async move { stop.cancelled_owned().await }),
+        )))
+    }
+
+    async fn confirm(
+        &self,
+        request: Request<proto::ConfirmRequest>,
+    ) -> Result<Response<proto::ConfirmResponse>, Status> {
+        let user = self.user(&request).await?;
+        let confirm = request.into_inner();
+        let decided = self
+            .services
+            .tool_calls
+            .confirm(
+                &user,
+                &confirm.message_id,
+                &confirm.tool_call_id,
+                confirm.approved,
+            )
+            .await
+            .map_err(|e| status::from_error(&e))?;
+        Ok(Response::new(proto::ConfirmResponse {
+            record: Some(record(&decided)),
+        }))
+    }
+
+    async fn health(
+        &self,
+        _request: Request<proto::HealthRequest>,
+    ) -> Result<Response<proto::HealthResponse>, Status> {
+        let status = match self.services.store.ping().await {
+            Ok(()) => "SERVING",
+            Err(_) => "NOT_SERVING",
+        };
+        Ok(Response::new(proto::HealthResponse {
+            status: status.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }))
+    }
+}

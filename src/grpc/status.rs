@@ -1,0 +1,61 @@
+//! Errors as gRPC statuses: the one place that decides a status code. The message is the
+//! error's text; metadata `error-code` carries the same stable code as the REST API.
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+use crate::llm::LlmError;
+use crate::mcp::McpError;
+use crate::pool::PoolError;
+use crate::store::StoreError;
+
+pub const ERROR_CODE_KEY: &str = "error-code";
+
+pub fn from_error(error: &Error) -> Status {
+    let code = match error {
+        Error::Validation(_) | Error::InvalidArguments(_) => Code::InvalidArgument,
+        Error::NotFound(..) => Code::NotFound,
+        Error::Conflict(_) => Code::AlreadyExists,
+        Error::ServerInactive | Error::AlreadySettled(_) => Code::FailedPrecondition,
+        Error::LimitReached(_) | Error::RateLimited { .. } => Code::ResourceExhausted,
+        Error::ForbiddenCommand(_)
+        | Error::UrlNotAllowed(_)
+        | Error::Forbidden(_)
+        | Error::ToolDisabled(_) => Code::PermissionDenied,
+        Error::Unauthorized(_) => Code::Unauthenticated,
+        Error::HeldElsewhere => Code::Unavailable,
+        Error::Pool(pool) => match pool {
+            PoolError::Upstream(McpError::Timeout(_)) => Code::DeadlineExceeded,
+            PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
+                Code::ResourceExhausted
+            }
+            PoolError::Internal(_) => Code::Internal,
+            PoolError::Upstream(_) | PoolError::Backoff { .. } | PoolError::Stopped => {
+                Code::Unavailable
+            }
+        },
+        Error::Llm(llm) => match llm {
+            LlmError::UnknownProvider(_) | LlmError::ModelNotAllowed { .. } => {
+                Code::InvalidArgument
+            }
+            LlmError::RateLimited { .. } => Code::ResourceExhausted,
+            LlmError::Timeout(_) => Code::DeadlineExceeded,
+            _ => Code::Unavailable,
+        },
+        Error::Store(StoreError::Unavailable(_)) => Code::Unavailable,
+        Error::Store(_) | Error::Unexpected(_) => Code::Internal,
+    };
+    let message = match code {
+        // Nothing internal leaks; the log has the details.
+        Code::Internal => {
+            tracing::error!(error = %error, "internal error answering a gRPC call");
+            "internal error".to_owned()
+        }
+        _ => error.to_string(),
+    };
+    let mut status = Status::new(code, message);
+    if let Ok(value) = error.code().parse() {
+        status.metadata_mut().insert(ERROR_CODE_KEY, value);
+    }
+    status
+}
