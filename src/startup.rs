@@ -171,7 +171,9 @@ impl Application {
                         shutdown.clone(),
                     ))
                     .serve_with_incoming_shutdown(
-                        tokio_stream::wrappers::TcpListenerStream::new(listener),
+                        // Without TCP_NODELAY small responses wait on delayed ACKs (~40 ms).
+                        tonic::transport::server::TcpIncoming::from(listener)
+                            .with_nodelay(Some(true)),
                         async move { stopping.cancelled().await },
                     ),
             )

@@ -134,6 +134,8 @@ enum Running {
 
 pub struct Service {
     pub base: String,
+    /// `http://127.0.0.1:<grpc port>`.
+    pub grpc: String,
     pub client: reqwest::Client,
     key: String,
     _data: tempfile::TempDir,
@@ -183,6 +185,7 @@ impl Service {
         adjust(&mut settings);
         let app = Application::build(settings).await?;
         let base = format!("http://127.0.0.1:{}", app.port());
+        let grpc = format!("http://127.0.0.1:{}", app.grpc_port().unwrap_or_default());
         let shutdown = app.shutdown_token();
         let server = tokio::spawn(async move {
             if let Err(e) = app.run_until_stopped().await {
@@ -191,11 +194,17 @@ impl Service {
         });
         Ok(Self {
             base,
+            grpc,
             client: Self::http_client()?,
             key: ADMIN_KEY.into(),
             _data: data,
             running: Running::InProcess { shutdown, server },
         })
+    }
+
+    /// The key every request of the load tool uses (the bootstrap admin key).
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     fn http_client() -> Result<reqwest::Client> {
@@ -211,11 +220,14 @@ impl Service {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
+        let grpc_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let child = tokio::process::Command::new(&binary)
             .arg("serve")
             .current_dir(data.path())
             .env("MCP_POOL__SERVER__PORT", port.to_string())
-            .env("MCP_POOL__GRPC__PORT", "0")
+            .env("MCP_POOL__GRPC__PORT", grpc_port.to_string())
             .env("MCP_POOL__STORAGE__DATA_DIR", data.path())
             .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
             .env("MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS", "true")
@@ -229,6 +241,7 @@ impl Service {
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let base = format!("http://127.0.0.1:{port}");
+        let grpc = format!("http://127.0.0.1:{grpc_port}");
         let client = Self::http_client()?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while client.get(format!("{base}/readyz")).send().await.is_err() {
@@ -239,6 +252,7 @@ impl Service {
         }
         Ok(Self {
             base,
+            grpc,
             client,
             key: ADMIN_KEY.into(),
             _data: data,

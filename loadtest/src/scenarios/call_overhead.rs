@@ -1,5 +1,6 @@
 //! `call-overhead`: one tool call on one upstream made (a) directly with an rmcp client,
-//! (b) through the pool's HTTP call route and (c) through the gateway endpoint, for each
+//! (b) through the pool's HTTP call route, (c) through the gateway endpoint and (d) over
+//! gRPC (`CallTool`), for each
 //! upstream kind (the fixture over stdio and streamable HTTP, the embedded calculator),
 //! at each concurrency; the ratios b/a and c/a come from the same run.
 
@@ -7,6 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use mcp_pool::embedded::EmbeddedKind;
+use mcp_pool::grpc::proto::CallToolRequest;
+use mcp_pool::grpc::proto::mcp_pool_client::McpPoolClient;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -36,6 +39,7 @@ struct Row {
     direct: Summary,
     pool: Summary,
     gateway: Summary,
+    grpc: Summary,
     http_floor: Summary,
 }
 
@@ -44,11 +48,14 @@ impl Row {
         json!({
             "upstream": self.upstream, "concurrency": self.concurrency,
             "direct": self.direct.to_json(), "pool": self.pool.to_json(),
-            "gateway": self.gateway.to_json(), "http_floor": self.http_floor.to_json(),
+            "gateway": self.gateway.to_json(), "grpc": self.grpc.to_json(),
+            "http_floor": self.http_floor.to_json(),
             "pool_added_p50_us": self.pool.p50 - self.direct.p50,
             "gateway_added_p50_us": self.gateway.p50 - self.direct.p50,
             "pool_ratio_p50": self.pool.p50 / self.direct.p50,
             "gateway_ratio_p50": self.gateway.p50 / self.direct.p50,
+            "grpc_added_p50_us": self.grpc.p50 - self.direct.p50,
+            "grpc_ratio_p50": self.grpc.p50 / self.direct.p50,
         })
     }
 }
@@ -61,6 +68,7 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
     });
     service.add_fixture_preset().await?;
     let (_http_child, http_base) = start_fixture_http().await?;
+    let grpc = McpPoolClient::connect(service.grpc.clone()).await?;
     let upstreams = [
         Upstream {
             label: "stdio",
@@ -115,6 +123,12 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
             &upstream.arguments,
         ));
         let rest_body = Arc::new(json!({"arguments": upstream.arguments}));
+        let grpc_call = Arc::new(CallToolRequest {
+            server_id: server.clone(),
+            tool_name: upstream.tool.to_owned(),
+            arguments_json: upstream.arguments.to_string(),
+            ..Default::default()
+        });
 
         for &concurrency in &levels {
             let (peer, call) = (direct.clone(), direct_params.clone());
@@ -145,6 +159,22 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
                 }
             })
             .await?;
+            let (client, call, key) = (grpc.clone(), grpc_call.clone(), service.key().to_owned());
+            let grpc_summary = measure(calls, concurrency, move || {
+                // tonic clients are cheap clones sharing one HTTP/2 connection.
+                let (mut client, call, key) = (client.clone(), call.clone(), key.clone());
+                async move {
+                    let mut request = tonic::Request::new((*call).clone());
+                    request
+                        .metadata_mut()
+                        .insert("authorization", format!("Bearer {key}").parse()?);
+                    request.metadata_mut().insert("x-user-id", USER.parse()?);
+                    let reply = client.call_tool(request).await?.into_inner();
+                    anyhow::ensure!(reply.success, "gRPC call failed");
+                    Ok(())
+                }
+            })
+            .await?;
             let svc = service.clone();
             let http_floor = measure(calls, concurrency, move || {
                 let svc = svc.clone();
@@ -164,6 +194,7 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
                 direct: direct_summary,
                 pool: pool_summary,
                 gateway: gateway_summary,
+                grpc: grpc_summary,
                 http_floor,
             });
         }
@@ -177,10 +208,10 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
     }
     println!(
         "call-overhead: {calls} calls per cell; (a) direct rmcp client, (b) pool HTTP route, \
-         (c) gateway /mcp/assistants/{{id}} with an rmcp client; latencies in µs"
+         (c) gateway /mcp/assistants/{{id}} with an rmcp client, (d) gRPC CallTool; latencies in µs"
     );
     println!(
-        "{:<15} {:>4} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5} | {:>7}",
+        "{:<15} {:>4} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5} | {:>7}",
         "upstream",
         "conc",
         "a p50",
@@ -194,11 +225,15 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
         "c p99",
         "c c/s",
         "c/a",
+        "d p50",
+        "d p99",
+        "d c/s",
+        "d/a",
         "http p50"
     );
     for row in &rows {
         println!(
-            "{:<15} {:>4} | {:>7.0} {:>7.0} {:>7.0} | {:>7.0} {:>7.0} {:>7.0} {:>5.2} | {:>7.0} {:>7.0} {:>7.0} {:>5.2} | {:>7.0}",
+            "{:<15} {:>4} | {:>7.0} {:>7.0} {:>7.0} | {:>7.0} {:>7.0} {:>7.0} {:>5.2} | {:>7.0} {:>7.0} {:>7.0} {:>5.2} | {:>7.0} {:>7.0} {:>7.0} {:>5.2} | {:>7.0}",
             row.upstream,
             row.concurrency,
             row.direct.p50,
@@ -212,6 +247,10 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
             row.gateway.p99,
             row.gateway.throughput,
             row.gateway.p50 / row.direct.p50,
+            row.grpc.p50,
+            row.grpc.p99,
+            row.grpc.throughput,
+            row.grpc.p50 / row.direct.p50,
             row.http_floor.p50
         );
     }
