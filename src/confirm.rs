@@ -30,10 +30,10 @@ use supervisor::{ConfirmationSupervisor, SupervisorArgs, SupervisorMsg};
 
 use crate::actors::is_alive;
 use crate::cluster::{Cluster, ConfirmFailure, Note};
-use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
-use crate::store::Store;
+use crate::store::{Store, StoredMessage};
 
 /// What running a tool produced, as the record will hold it.
 pub struct ExecOutcome {
@@ -380,13 +380,7 @@ impl Confirmations {
             return result;
         }
         // No live actor: the stored record says whether there is anything to decide.
-        let stored = self
-            .deps
-            .store
-            .messages()
-            .get(user, message)
-            .await?
-            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        let stored = self.stored(user, message).await?;
         let record = stored
             .tool_calls
             .iter()
@@ -411,7 +405,7 @@ impl Confirmations {
     /// Asks the instance holding the call to decide it, then reads what it stored.
     async fn forward(
         &self,
-        owner: crate::domain::InstanceId,
+        owner: InstanceId,
         user: &UserId,
         message: Uuid,
         call_id: &str,
@@ -449,13 +443,7 @@ impl Confirmations {
             }
         }
         tracing::info!(%owner, %message, call_id, "confirmation forwarded to the instance holding the call");
-        let stored = self
-            .deps
-            .store
-            .messages()
-            .get(user, message)
-            .await?
-            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        let stored = self.stored(user, message).await?;
         stored
             .tool_calls
             .into_iter()
@@ -497,6 +485,16 @@ impl Confirmations {
         }
     }
 
+    /// The user's stored message; another user's answers exactly like a missing one.
+    async fn stored(&self, user: &UserId, message: Uuid) -> Result<StoredMessage> {
+        self.deps
+            .store
+            .messages()
+            .get(user, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))
+    }
+
     /// Waits up to `wait` until no call of the message is open.
     pub async fn wait_settled(
         &self,
@@ -510,13 +508,7 @@ impl Confirmations {
                 return Ok(Waited::Settled(records));
             }
         }
-        let stored = self
-            .deps
-            .store
-            .messages()
-            .get(user, message)
-            .await?
-            .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+        let stored = self.stored(user, message).await?;
         Ok(if stored.tool_calls.iter().any(|c| c.status.is_open()) {
             Waited::StillOpen(stored.tool_calls)
         } else {
@@ -535,12 +527,11 @@ impl Confirmations {
     /// Settles the open calls of messages no live instance holds (at start-up: those a
     /// previous process left; later: those of instances that stopped beating). Each
     /// message is taken over first, so two instances never settle the same one.
-    pub async fn settle_orphans(&self) -> Result<usize> {
-        let live = self.deps.cluster.live().await?;
-        let orphans = self.deps.store.messages().orphaned(&live).await?;
+    pub async fn settle_orphans(&self, live: &[InstanceId]) -> Result<usize> {
+        let orphans = self.deps.store.messages().orphaned(live).await?;
         let mut settled = 0;
         for orphan in orphans {
-            let live = live.clone();
+            let live = live.to_vec();
             let result = self
                 .supervisor
                 .call(

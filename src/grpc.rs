@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::domain::{AssistantId, UserId};
 use crate::error::Error;
+use crate::security::bearer_token;
 use crate::services::{ModelToolCall, Services};
 pub use status::ERROR_CODE_KEY;
 
@@ -46,10 +47,7 @@ impl GrpcApi {
         let token = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|token| !token.is_empty())
+            .and_then(bearer_token)
             .ok_or_else(|| {
                 status::from_error(&Error::Unauthorized(
                     "missing metadata authorization: Bearer <key>".into(),
@@ -94,6 +92,30 @@ fn record(record: &crate::domain::ToolCallRecord) -> proto::ToolCallRecord {
     }
 }
 
+/// One tool of a server, under the name the caller uses for it.
+fn tool_view(
+    server: &crate::domain::McpServer,
+    tool: &rmcp::model::Tool,
+    display_name: String,
+) -> proto::Tool {
+    proto::Tool {
+        server_id: server.id.to_string(),
+        server_name: server.spec.name.as_str().to_owned(),
+        tool_name: tool.name.to_string(),
+        display_name,
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        input_schema_json: Value::Object((*tool.input_schema).clone()).to_string(),
+    }
+}
+
+fn unavailable(server_id: uuid::Uuid, error: &Error) -> proto::UnavailableServer {
+    proto::UnavailableServer {
+        server_id: server_id.to_string(),
+        error_code: error.code().to_owned(),
+        error_message: error.to_string(),
+    }
+}
+
 /// `arguments_json` as a JSON value ({} when empty).
 fn arguments(text: &str) -> Result<Value, Status> {
     if text.trim().is_empty() {
@@ -131,25 +153,13 @@ impl McpPool for GrpcApi {
                 futures::future::join_all(ids.iter().map(|id| upstream.tools(&user, id))).await;
             for (server, listing) in active.into_iter().zip(listings) {
                 match listing {
-                    Ok((_, catalog)) => {
-                        response
+                    Ok((_, catalog)) => response.tools.extend(
+                        catalog
                             .tools
-                            .extend(catalog.tools.iter().map(|tool| proto::Tool {
-                                server_id: server.id.to_string(),
-                                server_name: server.spec.name.as_str().to_owned(),
-                                tool_name: tool.name.to_string(),
-                                display_name: tool.name.to_string(),
-                                description:
-                                    tool.description.as_deref().unwrap_or_default().to_owned(),
-                                input_schema_json:
-                                    Value::Object((*tool.input_schema).clone()).to_string(),
-                            }))
-                    }
-                    Err(error) => response.unavailable.push(proto::UnavailableServer {
-                        server_id: server.id.to_string(),
-                        error_code: error.code().to_owned(),
-                        error_message: error.to_string(),
-                    }),
+                            .iter()
+                            .map(|tool| tool_view(server, tool, tool.name.to_string())),
+                    ),
+                    Err(error) => response.unavailable.push(unavailable(server.id, &error)),
                 }
             }
         } else {
@@ -161,28 +171,12 @@ impl McpPool for GrpcApi {
             response.tools = listing
                 .tools
                 .iter()
-                .map(|tool| proto::Tool {
-                    server_id: tool.server.server.id.to_string(),
-                    server_name: tool.server.server.spec.name.as_str().to_owned(),
-                    tool_name: tool.tool.name.to_string(),
-                    display_name: tool.name.clone(),
-                    description: tool
-                        .tool
-                        .description
-                        .as_deref()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    input_schema_json: Value::Object((*tool.tool.input_schema).clone()).to_string(),
-                })
+                .map(|tool| tool_view(&tool.server.server, &tool.tool, tool.name.clone()))
                 .collect();
             response.unavailable = listing
                 .unavailable
                 .iter()
-                .map(|u| proto::UnavailableServer {
-                    server_id: u.server_id.to_string(),
-                    error_code: u.error.code().to_owned(),
-                    error_message: u.error.to_string(),
-                })
+                .map(|u| unavailable(u.server_id, &u.error))
                 .collect();
         }
         Ok(Response::new(response))

@@ -6,6 +6,6 @@ pub mod api_key;
 pub mod crypto;
 pub mod url_guard;
 
-pub use api_key::{ApiKeyRole, GeneratedKey};
+pub use api_key::{ApiKeyRole, GeneratedKey, bearer_token};
 pub use crypto::{Cipher, CryptoError};
 pub use url_guard::UrlPolicy;

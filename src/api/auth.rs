@@ -11,7 +11,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::domain::UserId;
 use crate::error::Error;
-use crate::security::ApiKeyRole;
+use crate::security::{ApiKeyRole, bearer_token};
 use crate::services::{GatewayPrincipal, Principal};
 
 pub const USER_ID_HEADER: &str = "x-user-id";
@@ -32,17 +32,9 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
         .headers
         .get(AUTHORIZATION)
         .ok_or_else(|| Error::Unauthorized("missing Authorization: Bearer <token>".into()))?;
-    Ok(header
-        .to_str()
-        .ok()
-        .and_then(|value| {
-            let (scheme, token) = value.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
-        .filter(|token| !token.is_empty())
-        .ok_or_else(|| {
-            Error::Unauthorized("the Authorization header must be 'Bearer <token>'".into())
-        })?)
+    Ok(header.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+        Error::Unauthorized("the Authorization header must be 'Bearer <token>'".into())
+    })?)
 }
 
 /// The principal of a gateway request: a gateway token of the assistant in the path.

@@ -77,6 +77,12 @@ pub fn hash_key(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
+/// The token of an `Authorization: Bearer <token>` value (HTTP header or gRPC metadata).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    Some(token.trim()).filter(|token| scheme.eq_ignore_ascii_case("bearer") && !token.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

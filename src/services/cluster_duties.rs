@@ -16,7 +16,7 @@ impl Services {
     /// run; before serving, so a restarted single instance is consistent at once.
     pub async fn take_over_orphans(&self) -> crate::error::Result<()> {
         let live = self.cluster.beat().await?;
-        self.confirmations.settle_orphans().await?;
+        self.confirmations.settle_orphans(&live).await?;
         let started = self.xiaozhi.reconcile(&live).await?;
         if started > 0 {
             tracing::info!(started, "Xiaozhi bridges started");

@@ -12,7 +12,7 @@ use crate::helpers::{TestApp, spawn_pool_app_with};
 use crate::llm_script::{
     Reply, ScriptedLlm, anthropic_reply, openai_text, openai_text_events, openai_tool_calls,
 };
-use crate::upstreams::{eventually, fixture_preset};
+use crate::upstreams::eventually;
 
 /// The fixture bound to assistant `a1` of user `u`; `echo` is auto-approved, `add` is not.
 async fn chat_app(llm: &ScriptedLlm, adjust: impl FnOnce(&mut mcp_pool::Settings)) -> TestApp {
@@ -21,14 +21,7 @@ async fn chat_app(llm: &ScriptedLlm, adjust: impl FnOnce(&mut mcp_pool::Settings
         adjust(settings);
     })
     .await;
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&server]).await;
+    app.fixture_for_a1(&["echo"]).await;
     app
 }
 

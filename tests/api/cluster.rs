@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, spawn_pool_app_with};
-use crate::upstreams::{eventually, fixture_preset};
+use crate::upstreams::eventually;
 
 /// Quick heartbeats, so a dead instance is noticed within seconds (but not so quick that
 /// a loaded test machine makes a live one look dead).
@@ -26,15 +26,7 @@ fn fast_heartbeat(settings: &mut mcp_pool::Settings) {
 
 /// User `u` with the fixture bound to assistant `a1`; `echo` runs without approval.
 async fn setup(app: &TestApp) -> String {
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&server]).await;
-    server
+    app.fixture_for_a1(&["echo"]).await
 }
 
 /// Parks `c1` (`add` needs approval) on a new message through `base`.

@@ -8,25 +8,16 @@ use mcp_pool::grpc::proto::{
     CallToolRequest, ConfirmRequest, GetToolsRequest, HealthRequest, StreamToolCallUpdatesRequest,
     ToolCallUpdate,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status, Streaming};
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, spawn_pool_app};
-use crate::upstreams::fixture_preset;
 
 /// User `u` with the fixture as `fx` (`echo` auto-approved) bound to assistant `a1`.
 async fn setup(app: &TestApp) -> String {
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&server]).await;
-    server
+    app.fixture_for_a1(&["echo"]).await
 }
 
 async fn client(app: &TestApp) -> McpPoolClient<Channel> {

@@ -255,6 +255,21 @@ impl TestApp {
             .await
     }
 
+    /// The `fixture` preset, user `u`'s server `fx` using it with `auto_approve` tools
+    /// running without approval, bound to assistant `a1`; returns the server id.
+    pub async fn fixture_for_a1(&self, auto_approve: &[&str]) -> String {
+        self.create_preset_ok(crate::upstreams::fixture_preset())
+            .await;
+        let server = self
+            .create_server_ok(
+                "u",
+                json!({"name": "fx", "preset": "fixture", "autoApproveTools": auto_approve}),
+            )
+            .await;
+        self.bind_ok("u", "a1", [&server]).await;
+        server
+    }
+
     /// Approves or rejects a parked tool call of the user's message.
     pub async fn confirm(&self, user: &str, message: &str, call: &str, approved: bool) -> Reply {
         self.user(

@@ -9,18 +9,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, spawn_pool_app, spawn_pool_app_with};
-use crate::upstreams::{eventually, fixture_preset};
+use crate::upstreams::eventually;
 
 /// A user `u` with the fixture bound to assistant `a1`; `echo` and `big` are auto-approved.
 async fn setup(app: &TestApp) {
-    app.create_preset_ok(fixture_preset()).await;
-    let server = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "big"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&server]).await;
+    app.fixture_for_a1(&["echo", "big"]).await;
 }
 
 async fn submit(
