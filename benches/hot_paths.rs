@@ -97,6 +97,9 @@ fn tool_catalog(c: &mut Criterion) {
 
 fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
     let now = chrono::Utc::now();
+    let policy = Arc::new(mcp_pool::security::UrlPolicy::from_settings(
+        &mcp_pool::Settings::defaults().security,
+    ));
     Arc::new(ServerRuntime {
         server: McpServer {
             id: Uuid::new_v4(),
@@ -116,7 +119,9 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             label: format!("{user}/calc"),
             transport: UpstreamTransport::Embedded(EmbeddedKind::Calculator),
             connect_timeout: Duration::from_secs(5),
-            http: http_client(Duration::from_secs(5)),
+            max_message_bytes: 16 << 20,
+            url_policy: policy.clone(),
+            http: http_client(Duration::from_secs(5), policy),
         },
         call_timeout: Duration::from_secs(5),
     })
@@ -140,6 +145,7 @@ fn registry(c: &mut Criterion) {
                 max_call_timeout_secs: 60,
                 max_connections_per_user: 10,
                 max_stdio_processes: 10,
+                max_message_bytes: 16 << 20,
                 inherited_env: Vec::new(),
             },
             Default::default(),

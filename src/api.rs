@@ -37,13 +37,33 @@ pub use error::ApiError;
 use crate::config::Settings;
 use crate::services::Services;
 
-/// What every handler can reach.
-#[derive(Clone)]
-pub struct AppState {
+/// What every handler can reach: one allocation shared by every request. Extractors,
+/// middleware and the gateway clone it per request, so it is a pointer, not the services.
+pub type AppState = Arc<AppContext>;
+
+pub struct AppContext {
     pub services: Services,
     pub settings: Arc<Settings>,
     /// Cancelled when the service stops: long-lived streams (gateway sessions) end.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Cancelled when the shutdown grace has run out: requests still running are answered
+    /// 503 `SHUTTING_DOWN` rather than cut off with no answer.
+    pub grace_over: tokio_util::sync::CancellationToken,
+}
+
+/// Races each request with the end of the shutdown grace.
+async fn answer_when_grace_ends(
+    axum::extract::State(grace_over): axum::extract::State<tokio_util::sync::CancellationToken>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    tokio::select! {
+        biased;
+        response = next.run(request) => response,
+        () = grace_over.cancelled() => {
+            axum::response::IntoResponse::into_response(ApiError::ShuttingDown)
+        }
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -57,6 +77,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::record,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.grace_over.clone(),
+            answer_when_grace_ends,
         ))
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -119,6 +119,8 @@ pub struct PoolSettings {
     pub max_call_timeout_secs: u32,
     pub max_connections_per_user: u32,
     pub max_stdio_processes: u32,
+    /// Largest single message an upstream may send over stdio.
+    pub max_message_bytes: usize,
     /// The only variables a stdio child inherits from the service's environment.
     pub inherited_env: Vec<String>,
 }
@@ -207,6 +209,9 @@ pub struct SecuritySettings {
     pub allow_loopback_urls: bool,
     pub allow_private_urls: bool,
     pub allowed_url_hosts: Vec<String>,
+    /// Never from a file: lets a test give the service a scripted DNS.
+    #[serde(skip)]
+    pub name_lookup: crate::security::url_guard::LookupOverride,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -282,7 +287,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 19] = [
+        let positive: [(&'static str, u64); 20] = [
             ("cluster.heartbeat_secs", self.cluster.heartbeat_secs),
             (
                 "cluster.forward_timeout_secs",
@@ -298,6 +303,7 @@ impl Settings {
                 "pool.max_connections_per_user",
                 self.pool.max_connections_per_user.into(),
             ),
+            ("pool.max_message_bytes", self.pool.max_message_bytes as u64),
             ("agent.max_tool_rounds", self.agent.max_tool_rounds.into()),
             (
                 "agent.max_message_bytes",

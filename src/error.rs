@@ -165,6 +165,8 @@ impl Error {
                 | PoolError::Backoff { .. } => "MCP_CONNECTION_ERROR",
                 PoolError::Upstream(McpError::Remote { .. }) => "MCP_SERVER_ERROR",
                 PoolError::Upstream(McpError::Protocol(_)) => "MCP_PROTOCOL_ERROR",
+                PoolError::Upstream(McpError::ResultTooLarge(_)) => "MCP_RESULT_TOO_LARGE",
+                PoolError::Upstream(McpError::Refused(_)) => "URL_NOT_ALLOWED",
                 PoolError::TooManyConnections(_) => "CONNECTION_LIMIT_REACHED",
                 PoolError::TooManyProcesses(_) => "PROCESS_LIMIT_REACHED",
                 PoolError::Stopped => "MCP_UNAVAILABLE",

@@ -9,6 +9,7 @@ mod client;
 mod connect;
 mod handler;
 mod sse;
+pub mod stdio;
 
 pub use client::{CallOutcome, McpClient, Progress, ServerFeatures};
 pub use connect::{UpstreamSpec, UpstreamTransport, connect, http_client};
@@ -17,24 +18,61 @@ pub use handler::UpstreamEvents;
 use std::time::Duration;
 
 /// Failures talking to an upstream MCP server.
+///
+/// The texts come from the upstream or from what it sent; they are shown to callers only
+/// as a short [`excerpt`], so an error can never relay an upstream's body (e.g. a page an
+/// attacker pointed a server at).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum McpError {
     #[error("the MCP server did not answer within {}s", .0.as_secs_f32())]
     Timeout(Duration),
-    #[error("could not connect to the MCP server: {0}")]
+    #[error("could not connect to the MCP server: {}", excerpt(.0))]
     Connect(String),
-    #[error("the connection to the MCP server was lost: {0}")]
+    #[error("the connection to the MCP server was lost: {}", excerpt(.0))]
     Transport(String),
-    #[error("the MCP server answered with error {code}: {message}")]
+    #[error("the MCP server answered with error {code}: {}", excerpt(.message))]
     Remote { code: i32, message: String },
-    #[error("the MCP server sent an unexpected response: {0}")]
+    #[error("the MCP server sent an unexpected response: {}", excerpt(.0))]
     Protocol(String),
+    #[error("the MCP server's answer is larger than the {0} bytes this service accepts")]
+    ResultTooLarge(usize),
+    /// The URL policy refused every address the server's name resolved to when dialled.
+    #[error("could not connect to the MCP server: its host {0}")]
+    Refused(String),
+}
+
+/// Longest part of an upstream-supplied text an error shows.
+const EXCERPT_CHARS: usize = 200;
+
+/// At most [`EXCERPT_CHARS`] characters of `text`, on one line, control characters
+/// dropped: enough to say what failed, too little to carry a document.
+pub fn excerpt(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(EXCERPT_CHARS + 3));
+    let mut chars = 0;
+    let mut last_space = false;
+    for c in text.chars() {
+        let c = if c.is_whitespace() { ' ' } else { c };
+        if c.is_control() || (c == ' ' && last_space) {
+            continue;
+        }
+        if chars == EXCERPT_CHARS {
+            out.push('…');
+            break;
+        }
+        last_space = c == ' ';
+        out.push(c);
+        chars += 1;
+    }
+    out
 }
 
 impl McpError {
     /// Whether the connection itself is unusable (as opposed to one request failing).
     pub fn is_connection_failure(&self) -> bool {
-        matches!(self, McpError::Connect(_) | McpError::Transport(_))
+        matches!(
+            self,
+            McpError::Connect(_) | McpError::Transport(_) | McpError::Refused(_)
+        )
     }
 }
 
@@ -42,6 +80,14 @@ impl From<rmcp::service::ServiceError> for McpError {
     fn from(err: rmcp::service::ServiceError) -> Self {
         use rmcp::service::ServiceError as E;
         match err {
+            E::McpError(data) if data.code.0 == stdio::MESSAGE_TOO_LARGE_CODE => {
+                McpError::ResultTooLarge(
+                    data.data
+                        .as_ref()
+                        .and_then(|d| d["limitBytes"].as_u64())
+                        .unwrap_or_default() as usize,
+                )
+            }
             E::McpError(data) => McpError::Remote {
                 code: data.code.0,
                 message: data.message.to_string(),
@@ -54,5 +100,18 @@ impl From<rmcp::service::ServiceError> for McpError {
             }
             other => McpError::Protocol(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_excerpt_is_short_and_on_one_line() {
+        let long = format!("first\nsecond\t\u{7}{}", "z".repeat(500));
+        let short = super::excerpt(&long);
+        assert!(short.starts_with("first second "), "{short}");
+        assert_eq!(short.chars().count(), 201);
+        assert!(short.ends_with('…'));
+        assert_eq!(super::excerpt("as is"), "as is");
     }
 }

@@ -8,4 +8,4 @@ pub mod url_guard;
 
 pub use api_key::{ApiKeyRole, GeneratedKey, bearer_token};
 pub use crypto::{Cipher, CryptoError};
-pub use url_guard::UrlPolicy;
+pub use url_guard::{GuardedResolver, UrlPolicy};

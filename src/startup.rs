@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, AppState};
+use crate::api::{self, AppContext, AppState};
 use crate::config::Settings;
 use crate::pool::{Pool, PoolError};
 use crate::security::{Cipher, CryptoError};
@@ -31,6 +31,9 @@ pub enum StartupError {
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
+
+/// After the shutdown grace, how long the 503 answers to unfinished requests get to go out.
+const ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// A built, listening service that has not started serving yet.
 pub struct Application {
@@ -97,11 +100,12 @@ impl Application {
         Ok(Self {
             listener,
             port,
-            state: AppState {
+            state: Arc::new(AppContext {
                 services,
                 settings,
                 shutdown: shutdown.clone(),
-            },
+                grace_over: CancellationToken::new(),
+            }),
             shutdown,
             generated_admin_key,
             grpc,
@@ -179,13 +183,18 @@ impl Application {
             )
         });
         let stopping = shutdown.clone();
-        let server = axum::serve(self.listener, api::router(self.state))
+        let grace_over = self.state.grace_over.clone();
+        let server = axum::serve(with_nodelay(self.listener), api::router(self.state))
             .with_graceful_shutdown(async move { stopping.cancelled().await });
         tracing::info!(port = self.port, "mcp-pool listening");
+        let mut server = std::pin::pin!(server.into_future());
         tokio::select! {
-            result = server => result.map_err(StartupError::Serve)?,
+            result = &mut server => result.map_err(StartupError::Serve)?,
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-                tracing::warn!(?grace, "requests still running after the grace period; closing them");
+                tracing::warn!(?grace, "requests still running after the grace period; answering them 503");
+                grace_over.cancel();
+                // Long enough to write those answers; streams still open are then closed.
+                let _ = tokio::time::timeout(ANSWER_GRACE, &mut server).await;
             }
         }
         if let Some(grpc) = grpc {
@@ -209,6 +218,20 @@ impl Application {
     }
 }
 
+/// The HTTP listener as served: every accepted socket gets TCP_NODELAY. Without it an
+/// answer written in pieces (rmcp's SSE: headers and a priming event, then the result)
+/// waits for the client's delayed ACK, ~40 ms on every call of a kept-alive client.
+pub fn with_nodelay(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|socket| {
+        if let Err(error) = socket.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY on an accepted socket");
+        }
+    })
+}
+
 async fn termination_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -229,5 +252,20 @@ async fn termination_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn accepted_sockets_have_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut served = super::with_nodelay(listener);
+        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (socket, _) = served.accept().await;
+        assert!(socket.nodelay().unwrap());
     }
 }

@@ -25,6 +25,9 @@ async fn main() {
         .parent()
         .unwrap()
         .join("mcp-fixture");
+    let policy = Arc::new(mcp_pool::security::UrlPolicy::from_settings(
+        &mcp_pool::Settings::defaults().security,
+    ));
     let spec = UpstreamSpec {
         label: "probe".into(),
         transport: UpstreamTransport::Stdio {
@@ -35,7 +38,9 @@ async fn main() {
             working_dir: std::env::temp_dir(),
         },
         connect_timeout: Duration::from_secs(10),
-        http: http_client(Duration::from_secs(10)),
+        max_message_bytes: 16 << 20,
+        url_policy: policy.clone(),
+        http: http_client(Duration::from_secs(10), policy),
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let pooled = Arc::new(connect(&spec, tx).await.unwrap());

@@ -39,6 +39,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("not ready: {0}")]
     NotReady(String),
+    #[error(
+        "the service stopped before this request finished; it may or may not have taken effect"
+    )]
+    ShuttingDown,
     #[error("internal error")]
     Panic,
 }
@@ -78,6 +82,7 @@ impl ApiError {
             ApiError::RouteNotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
+            ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN"),
             ApiError::Panic => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
         }
     }
@@ -99,6 +104,7 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
+            PoolError::Upstream(McpError::Refused(_)) => StatusCode::FORBIDDEN,
             PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,
             PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -132,6 +138,10 @@ impl IntoResponse for ApiError {
             // operation, and the caller needs the reason to act on it.
             StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => {
                 tracing::warn!(error = %self, code, "upstream failed");
+                self.to_string()
+            }
+            StatusCode::SERVICE_UNAVAILABLE if matches!(self, ApiError::ShuttingDown) => {
+                tracing::warn!(code, "request still running when the shutdown grace ended");
                 self.to_string()
             }
             StatusCode::SERVICE_UNAVAILABLE => {

@@ -388,7 +388,8 @@ async fn serve_http(port: u16) -> std::io::Result<()> {
     println!("listening on http://{}", listener.local_addr()?);
     use std::io::Write;
     std::io::stdout().flush()?;
-    axum::serve(listener, app).await
+    // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
+    axum::serve(mcp_pool::startup::with_nodelay(listener), app).await
 }
 
 #[tokio::main]

@@ -312,6 +312,7 @@ impl XiaozhiBridges {
                 self.settings.xiaozhi.max_result_bytes,
             ),
             endpoint: bridge.endpoint.clone(),
+            url_policy: self.url_policy.clone(),
             settings: self.settings.clone(),
             status: status.clone(),
             cancel: cancel.clone(),
@@ -331,6 +332,9 @@ impl XiaozhiBridges {
 struct BridgeTask {
     handler: GatewayHandler,
     endpoint: String,
+    /// Applied to every address each (re)connect dials: the endpoint was checked when it
+    /// was saved, perhaps under another policy or before its name resolved.
+    url_policy: Arc<UrlPolicy>,
     settings: Arc<Settings>,
     status: Arc<Mutex<BridgeStatus>>,
     cancel: CancellationToken,
@@ -359,13 +363,13 @@ impl BridgeTask {
                 s.state = BridgeState::Connecting;
                 s.next_attempt_in_ms = None;
             });
-            let connect = tokio_tungstenite::connect_async(self.endpoint.as_str());
+            let connect = self.connect();
             let attempt = tokio::select! {
                 attempt = tokio::time::timeout(Duration::from_secs(30), connect) => attempt,
                 () = self.cancel.cancelled() => return,
             };
             let reason = match attempt {
-                Ok(Ok((socket, _))) => {
+                Ok(Ok(socket)) => {
                     delays = backoff();
                     self.update(|s| {
                         s.state = BridgeState::Connected;
@@ -399,6 +403,32 @@ impl BridgeTask {
     }
 
     /// Serves MCP over one socket until it ends; returns why it ended.
+    /// The WebSocket handshake over a socket the URL policy dialled.
+    async fn connect(
+        &self,
+    ) -> Result<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        String,
+    > {
+        let url = url::Url::parse(&self.endpoint).map_err(|e| e.to_string())?;
+        let stream = self
+            .url_policy
+            .dial(&url)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (socket, _) = tokio_tungstenite::client_async_tls_with_config(
+            self.endpoint.as_str(),
+            stream,
+            None,
+            None,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(socket)
+    }
+
     async fn serve<S>(&self, socket: tokio_tungstenite::WebSocketStream<S>) -> String
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,

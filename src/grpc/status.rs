@@ -26,6 +26,7 @@ pub fn from_error(error: &Error) -> Status {
         Error::HeldElsewhere => Code::Unavailable,
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => Code::DeadlineExceeded,
+            PoolError::Upstream(McpError::Refused(_)) => Code::PermissionDenied,
             PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
                 Code::ResourceExhausted
             }

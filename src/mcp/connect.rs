@@ -6,17 +6,18 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 use url::Url;
 
 use super::handler::{PoolClientHandler, UpstreamEvents};
 use super::sse::LegacySseTransport;
+use super::stdio::{StdioCommand, StdioTransport};
 use super::{McpClient, McpError};
 
 /// Longest stderr line of a child that is logged whole.
@@ -65,18 +66,29 @@ pub struct UpstreamSpec {
     pub label: String,
     pub transport: UpstreamTransport,
     pub connect_timeout: Duration,
+    /// Largest message the server may send (one stdio line); a larger answer fails its
+    /// request at once.
+    pub max_message_bytes: usize,
+    /// The URL policy the HTTP client dials through; asked again to explain a failed
+    /// connect, since the refusal itself does not survive rmcp's error types.
+    pub url_policy: std::sync::Arc<crate::security::UrlPolicy>,
     /// Shared by every HTTP connection: a client per connection cost ~250 KiB each
     /// (its TLS root store and pool), measured with `loadtest actors`.
     pub http: reqwest::Client,
 }
 
-/// The HTTP client all remote connections share.
-pub fn http_client(connect_timeout: Duration) -> reqwest::Client {
+/// The HTTP client all remote connections share. Every address it dials comes from the
+/// URL policy's resolver, so no name can lead it to an address the policy refuses.
+pub fn http_client(
+    connect_timeout: Duration,
+    policy: std::sync::Arc<crate::security::UrlPolicy>,
+) -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
-        // As rmcp's own default client: a kept-alive connection reused after a streamed
-        // POST response stalls each call by ~40 ms (measured with loadtest call-overhead).
-        .pool_max_idle_per_host(0)
+        .dns_resolver(crate::security::GuardedResolver(policy))
+        // Connections are kept alive and reused (HTTP/2 where the server offers it by
+        // ALPN). The ~40 ms stall once seen on reuse was the fixture's missing
+        // TCP_NODELAY, not reuse itself.
         // The URL was checked by the URL policy; a redirect would bypass that check.
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -88,6 +100,9 @@ pub async fn connect(
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
     let handler = PoolClientHandler::new(events);
+    // rmcp's session task takes the span it was started in for its whole life: a root
+    // span naming the connection, not the request that happened to open it.
+    let session = tracing::info_span!(parent: None, "upstream_session", upstream = %spec.label);
     let attempt = async {
         match &spec.transport {
             UpstreamTransport::Stdio {
@@ -106,15 +121,14 @@ pub async fn connect(
                     .env_clear()
                     .envs(inherited_env.iter().cloned())
                     .envs(env)
-                    .current_dir(working_dir);
-                let mut wrapped = CommandWrap::from(command_line);
-                // A group, so npx/uvx grandchildren die with the server.
-                wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-                let (transport, stderr) = TokioChildProcess::builder(wrapped)
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
-                tracing::info!(upstream = %spec.label, pid = transport.id(), "stdio server started");
+                    .current_dir(working_dir)
+                    .stderr(Stdio::piped());
+                let (transport, stderr) = StdioTransport::spawn(StdioCommand {
+                    command: command_line,
+                    max_message_bytes: spec.max_message_bytes,
+                })
+                .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
+                tracing::info!(upstream = %spec.label, pid = transport.pid(), "stdio server started");
                 if let Some(stderr) = stderr {
                     let label = spec.label.clone();
                     tokio::spawn(async move {
@@ -127,6 +141,7 @@ pub async fn connect(
                 }
                 handler
                     .serve(transport)
+                    .instrument(session.clone())
                     .await
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
@@ -143,6 +158,7 @@ pub async fn connect(
                     StreamableHttpClientTransport::with_client(spec.http.clone(), config);
                 handler
                     .serve(transport)
+                    .instrument(session.clone())
                     .await
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
@@ -155,24 +171,48 @@ pub async fn connect(
                 .await?;
                 handler
                     .serve(transport)
+                    .instrument(session.clone())
                     .await
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::Embedded(kind) => handler
                 .serve(crate::embedded::start(*kind))
+                .instrument(session.clone())
                 .await
                 .map_err(|e| McpError::Connect(e.to_string())),
         }
     };
-    let service = tokio::time::timeout(spec.connect_timeout, attempt)
-        .await
-        .map_err(|_| {
-            McpError::Connect(format!(
+    let service = match tokio::time::timeout(spec.connect_timeout, attempt).await {
+        Ok(Ok(service)) => service,
+        Ok(Err(error)) => return Err(explain_refusal(spec, error).await),
+        Err(_) => {
+            return Err(McpError::Connect(format!(
                 "no answer to initialize within {}s",
                 spec.connect_timeout.as_secs()
-            ))
-        })??;
+            )));
+        }
+    };
     Ok(McpClient::new(service))
+}
+
+/// A failed HTTP connect whose host the URL policy refuses now is reported as that
+/// refusal (the dial was refused by the resolver; rmcp's error no longer says why).
+async fn explain_refusal(spec: &UpstreamSpec, error: McpError) -> McpError {
+    let (UpstreamTransport::StreamableHttp { url, .. } | UpstreamTransport::Sse { url, .. }) =
+        &spec.transport
+    else {
+        return error;
+    };
+    match spec
+        .url_policy
+        .resolve(url.host_str().unwrap_or_default())
+        .await
+    {
+        Err(crate::security::url_guard::ResolveError::Refused(refused)) => {
+            McpError::Refused(refused.to_string())
+        }
+        _ => error,
+    }
 }
 
 fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, McpError> {

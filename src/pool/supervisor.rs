@@ -151,17 +151,19 @@ impl Actor for PoolSupervisor {
                     return Ok(());
                 }
                 let per_user_limit = state.settings.max_connections_per_user;
-                let result = if state.per_user.get(&key.user).copied().unwrap_or(0)
-                    >= per_user_limit
-                {
-                    Err(PoolError::TooManyConnections(per_user_limit))
-                } else if is_stdio(&runtime) && state.stdio >= state.settings.max_stdio_processes {
-                    Err(PoolError::TooManyProcesses(
-                        state.settings.max_stdio_processes,
-                    ))
-                } else {
-                    state.spawn_child(&myself, key, runtime).await
-                };
+                let result =
+                    if state.per_user.get(&key.user).copied().unwrap_or(0) >= per_user_limit {
+                        Err(PoolError::TooManyConnections(per_user_limit))
+                    } else if is_stdio(&runtime)
+                        && state.stdio as usize + crate::mcp::stdio::extra_group_processes()
+                            >= state.settings.max_stdio_processes as usize
+                    {
+                        Err(PoolError::TooManyProcesses(
+                            state.settings.max_stdio_processes,
+                        ))
+                    } else {
+                        state.spawn_child(&myself, key, runtime).await
+                    };
                 let _ = reply.send(result);
             }
         }

@@ -2,13 +2,17 @@
 //!
 //! Loopback, private, link-local and CGNAT ranges are refused unless the admin allows them;
 //! cloud metadata addresses and reserved ranges are refused unless the host is listed in
-//! `security.allowed_url_hosts`. Host names are resolved and every address is checked.
-//! A name that does not resolve now is accepted: the pool checks again at connect time,
-//! which is also what defeats DNS rebinding.
+//! `security.allowed_url_hosts`. IPv6 forms that carry an IPv4 address are judged by that
+//! address too. The same policy runs twice: on the URL when it is saved (a clear error for
+//! the user), and on every address a connection actually dials ([`GuardedResolver`],
+//! [`UrlPolicy::resolve`]), which is what defeats DNS rebinding and late-resolving names.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use url::{Host, Url};
 
@@ -53,34 +57,137 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     }
 }
 
-fn classify(ip: IpAddr) -> AddressClass {
-    match ip {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return classify_v4(v4);
-            }
-            let first = v6.segments()[0];
-            if v6 == "fd00:ec2::254".parse::<Ipv6Addr>().expect("literal") {
-                AddressClass::Metadata
-            } else if v6.is_loopback() || v6.is_unspecified() {
-                AddressClass::Loopback
-            } else if (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80 {
-                AddressClass::Private
-            } else if v6.is_multicast() {
-                AddressClass::Reserved
-            } else {
-                AddressClass::Public
-            }
-        }
+fn classify_v6(v6: Ipv6Addr) -> AddressClass {
+    let first = v6.segments()[0];
+    if v6 == "fd00:ec2::254".parse::<Ipv6Addr>().expect("literal") {
+        AddressClass::Metadata
+    } else if v6.is_loopback() || v6.is_unspecified() {
+        AddressClass::Loopback
+    } else if (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80 || (first & 0xffc0) == 0xfec0
+    {
+        // Unique local, link-local, and the deprecated site-local range.
+        AddressClass::Private
+    } else if v6.segments()[..3] == [0x64, 0xff9b, 1] {
+        // Local-use NAT64 (RFC 8215): translated to addresses of the operator's network.
+        AddressClass::Private
+    } else if v6.is_multicast()
+        || v6.segments()[..2] == [0x2001, 0xdb8]
+        || v6.segments()[..4] == [0x100, 0, 0, 0]
+    {
+        // Multicast, documentation, discard-only.
+        AddressClass::Reserved
+    } else {
+        AddressClass::Public
     }
 }
 
-#[derive(Debug, Clone)]
+/// The IPv4 addresses an IPv6 address delivers to: the forms that embed one
+/// (IPv4-compatible, -mapped and -translated, NAT64 well-known and local-use prefixes,
+/// 6to4, and both ends of Teredo). A dial to any of them is a dial to that IPv4 address.
+fn embedded_v4(v6: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let o = v6.octets();
+    let at = |i: [usize; 4]| Ipv4Addr::new(o[i[0]], o[i[1]], o[i[2]], o[i[3]]);
+    let last32 = at([12, 13, 14, 15]);
+    match v6.segments() {
+        // ::a.b.c.d (compatible), ::ffff:a.b.c.d (mapped), ::ffff:0:a.b.c.d (translated)
+        [0, 0, 0, 0, 0, 0 | 0xffff, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => vec![last32],
+        // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052).
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => vec![last32],
+        // NAT64 local-use 64:ff9b:1::/48 (RFC 8215): every RFC 6052 position it may use.
+        [0x64, 0xff9b, 1, ..] => vec![
+            at([6, 7, 9, 10]),
+            at([7, 9, 10, 11]),
+            at([9, 10, 11, 12]),
+            last32,
+        ],
+        // 6to4 2002:a.b.c.d::/48.
+        [0x2002, ..] => vec![at([2, 3, 4, 5])],
+        // Teredo 2001:0::/32: the server, and the client (stored inverted).
+        [0x2001, 0, ..] => vec![at([4, 5, 6, 7]), Ipv4Addr::from(!u32::from(last32))],
+        _ => Vec::new(),
+    }
+}
+
+/// Every class an address falls in: its own, and that of each IPv4 address it embeds.
+fn classes(ip: IpAddr) -> Vec<AddressClass> {
+    match ip {
+        IpAddr::V4(v4) => vec![classify_v4(v4)],
+        IpAddr::V6(v6) if v6.is_loopback() || v6.is_unspecified() => vec![classify_v6(v6)],
+        IpAddr::V6(v6) => std::iter::once(classify_v6(v6))
+            .chain(embedded_v4(v6).into_iter().map(classify_v4))
+            .collect(),
+    }
+}
+
+/// Turns a host name into addresses. The system resolver in production; tests script
+/// one to play a DNS server that changes its answers (rebinding).
+pub trait NameLookup: Send + Sync + 'static {
+    fn lookup(&self, host: &str) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>>;
+}
+
+/// `getaddrinfo`, through tokio.
+struct SystemLookup;
+
+impl NameLookup for SystemLookup {
+    fn lookup(&self, host: &str) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
+        let host = host.to_owned();
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
+    }
+}
+
+/// A `NameLookup` carried in settings (never read from a file), so a test can hand the
+/// service a scripted resolver.
+#[derive(Clone, Default)]
+pub struct LookupOverride(pub Option<Arc<dyn NameLookup>>);
+
+impl std::fmt::Debug for LookupOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "scripted"
+        } else {
+            "system"
+        })
+    }
+}
+
+/// A dial refused by the policy: the address a name resolved to, or a literal, is one the
+/// service does not reach. Kept as a type so callers find it in an error's source chain.
+#[derive(Debug, thiserror::Error)]
+#[error("'{host}' resolves to {what}, which this service does not allow")]
+pub struct AddressRefused {
+    pub host: String,
+    what: &'static str,
+}
+
+#[derive(Clone)]
 pub struct UrlPolicy {
     allow_loopback: bool,
     allow_private: bool,
     allowed_hosts: HashSet<String>,
+    lookup: Arc<dyn NameLookup>,
+}
+
+impl std::fmt::Debug for UrlPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlPolicy")
+            .field("allow_loopback", &self.allow_loopback)
+            .field("allow_private", &self.allow_private)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A host as the policy compares it: lower case, no trailing dot, no IPv6 brackets.
+fn normalize_host(host: &str) -> String {
+    host.trim()
+        .trim_matches(['[', ']'])
+        .trim_end_matches('.')
+        .to_ascii_lowercase()
 }
 
 impl UrlPolicy {
@@ -91,8 +198,13 @@ impl UrlPolicy {
             allowed_hosts: settings
                 .allowed_url_hosts
                 .iter()
-                .map(|h| h.trim().trim_matches(['[', ']']).to_ascii_lowercase())
+                .map(|h| normalize_host(h))
                 .collect(),
+            lookup: settings
+                .name_lookup
+                .0
+                .clone()
+                .unwrap_or_else(|| Arc::new(SystemLookup)),
         }
     }
 
@@ -105,12 +217,74 @@ impl UrlPolicy {
         }
     }
 
+    /// The first class of `ip` (its own or an embedded IPv4's) the policy refuses.
+    fn refused_class(&self, ip: IpAddr) -> Option<AddressClass> {
+        classes(ip).into_iter().find(|class| !self.permits(*class))
+    }
+
+    /// Names that are what they say whatever DNS answers.
+    fn fixed_class(host: &str) -> Option<AddressClass> {
+        if host == "localhost" || host.ends_with(".localhost") {
+            Some(AddressClass::Loopback)
+        } else if host == "metadata.google.internal" {
+            Some(AddressClass::Metadata)
+        } else {
+            None
+        }
+    }
+
+    /// The addresses a connection to `host` may use: every address it resolves to right
+    /// now, each passed through the policy. This is what every outbound socket of the
+    /// service dials (see [`GuardedResolver`]), so a name that changes its answer after the
+    /// URL was saved (DNS rebinding, a late-registered name) still cannot reach a refused
+    /// address. Any refused address refuses the whole name.
+    pub async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, ResolveError> {
+        let host = normalize_host(host);
+        let refused = |class: AddressClass| {
+            ResolveError::Refused(AddressRefused {
+                host: host.clone(),
+                what: class.describe(),
+            })
+        };
+        let listed = self.allowed_hosts.contains(&host);
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return match self.refused_class(ip) {
+                Some(class) if !listed => Err(refused(class)),
+                _ => Ok(vec![ip]),
+            };
+        }
+        if let Some(class) = Self::fixed_class(&host)
+            && !listed
+            && !self.permits(class)
+        {
+            return Err(refused(class));
+        }
+        let addresses = tokio::time::timeout(DNS_TIMEOUT, self.lookup.lookup(&host))
+            .await
+            .map_err(|_| {
+                ResolveError::Lookup(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("resolving '{host}' took over {}s", DNS_TIMEOUT.as_secs()),
+                ))
+            })?
+            .map_err(ResolveError::Lookup)?;
+        if !listed {
+            for ip in &addresses {
+                if let Some(class) = self.refused_class(*ip) {
+                    return Err(refused(class));
+                }
+            }
+        }
+        Ok(addresses)
+    }
+
     /// Parses a user-supplied URL and applies the policy; the error says what was refused.
     pub async fn check(&self, raw: &str) -> Result<Url, Error> {
         self.check_field(raw, "baseUrl", &["http", "https"]).await
     }
 
     /// [`Self::check`] for another field and other schemes (e.g. a WebSocket endpoint).
+    /// A name that does not resolve now is accepted: every dial resolves it again.
     pub async fn check_field(
         &self,
         raw: &str,
@@ -125,58 +299,88 @@ impl UrlPolicy {
                 schemes.join(" or ")
             )));
         }
-        let host = url
-            .host()
-            .ok_or_else(|| Error::validation(format!("{field} must have a host")))?;
-        let host_text = match &host {
-            Host::Domain(d) => d.trim_end_matches('.').to_ascii_lowercase(),
-            Host::Ipv4(ip) => ip.to_string(),
-            Host::Ipv6(ip) => ip.to_string(),
+        let host = match url.host() {
+            Some(Host::Domain(d)) => d.to_owned(),
+            Some(Host::Ipv4(ip)) => ip.to_string(),
+            Some(Host::Ipv6(ip)) => ip.to_string(),
+            None => return Err(Error::validation(format!("{field} must have a host"))),
         };
-        if self.allowed_hosts.contains(&host_text) {
-            return Ok(url);
-        }
-        let refuse = |class: AddressClass| {
-            Err(Error::UrlNotAllowed(format!(
-                "{field} host '{host_text}' is {}, which this service does not allow",
-                class.describe()
-            )))
-        };
-        let addresses: Vec<IpAddr> = match host {
-            Host::Ipv4(ip) => vec![IpAddr::V4(ip)],
-            Host::Ipv6(ip) => vec![IpAddr::V6(ip)],
-            Host::Domain(_) if host_text == "localhost" || host_text.ends_with(".localhost") => {
-                return if self.allow_loopback {
-                    Ok(url)
-                } else {
-                    refuse(AddressClass::Loopback)
-                };
-            }
-            Host::Domain(_) if host_text == "metadata.google.internal" => {
-                return refuse(AddressClass::Metadata);
-            }
-            Host::Domain(_) => {
-                let port = url.port_or_known_default().unwrap_or(443);
-                match tokio::time::timeout(
-                    DNS_TIMEOUT,
-                    tokio::net::lookup_host((host_text.as_str(), port)),
-                )
-                .await
-                {
-                    Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
-                    // Unresolvable now: the connect-time check decides.
-                    _ => Vec::new(),
-                }
-            }
-        };
-        for ip in addresses {
-            let class = classify(ip);
-            if !self.permits(class) {
-                return refuse(class);
+        match self.resolve(&host).await {
+            Ok(_) | Err(ResolveError::Lookup(_)) => Ok(url),
+            Err(ResolveError::Refused(refused)) => {
+                Err(Error::UrlNotAllowed(format!("{field} host {refused}")))
             }
         }
-        Ok(url)
     }
+}
+
+impl UrlPolicy {
+    /// A TCP connection to `url`'s host and port through [`Self::resolve`]: for clients
+    /// that dial themselves (the Xiaozhi WebSocket), so they obey the policy as the HTTP
+    /// clients do. Tries each allowed address in turn.
+    pub async fn dial(&self, url: &Url) -> Result<tokio::net::TcpStream, ResolveError> {
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or(443);
+        let mut last = std::io::Error::other(format!("'{host}' has no address"));
+        for ip in self.resolve(host).await? {
+            match tokio::net::TcpStream::connect(SocketAddr::new(ip, port)).await {
+                Ok(stream) => {
+                    stream.set_nodelay(true).ok();
+                    return Ok(stream);
+                }
+                Err(error) => last = error,
+            }
+        }
+        Err(ResolveError::Lookup(last))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Refused(AddressRefused),
+    /// The name did not resolve, or no allowed address answered.
+    #[error("{0}")]
+    Lookup(std::io::Error),
+}
+
+/// The resolver of every HTTP client that dials a user-chosen URL (MCP streamable HTTP,
+/// legacy SSE): reqwest asks it for each new connection, and it answers only with
+/// addresses the policy allows. IP-literal URLs never reach a resolver; they are checked
+/// when the URL is saved and again when the connection's runtime is built.
+pub struct GuardedResolver(pub Arc<UrlPolicy>);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses = policy.resolve(&host).await.map_err(|e| match e {
+                ResolveError::Refused(refused) => Box::new(refused) as BoxError,
+                ResolveError::Lookup(io) => Box::new(io),
+            })?;
+            Ok(
+                Box::new(addresses.into_iter().map(|ip| SocketAddr::new(ip, 0)))
+                    as reqwest::dns::Addrs,
+            )
+        })
+    }
+}
+
+/// The refusal somewhere in an error's chain of sources, when a dial was refused.
+pub fn find_refusal<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a AddressRefused> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(refused) = error.downcast_ref::<AddressRefused>() {
+            return Some(refused);
+        }
+        current = error.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -213,8 +417,93 @@ mod tests {
             ("2606:4700::1111", AddressClass::Public),
         ];
         for (ip, class) in cases {
-            assert_eq!(classify(ip.parse().unwrap()), class, "{ip}");
+            assert_eq!(strictest(ip.parse().unwrap()), class, "{ip}");
         }
+    }
+
+    /// The class that decides: the first one that is not public.
+    fn strictest(ip: IpAddr) -> AddressClass {
+        classes(ip)
+            .into_iter()
+            .find(|c| *c != AddressClass::Public)
+            .unwrap_or(AddressClass::Public)
+    }
+
+    #[tokio::test]
+    async fn ipv6_forms_that_embed_ipv4_are_judged_by_that_ipv4() {
+        let cases = [
+            ("::127.0.0.1", AddressClass::Loopback),   // IPv4-compatible
+            ("::ffff:a00:1", AddressClass::Private),   // mapped
+            ("::ffff:0:a00:1", AddressClass::Private), // translated
+            ("64:ff9b::a9fe:a9fe", AddressClass::Metadata), // NAT64 of 169.254.169.254
+            ("64:ff9b::a00:1", AddressClass::Private), // NAT64 of 10.0.0.1
+            ("64:ff9b::808:808", AddressClass::Public), // NAT64 of 8.8.8.8
+            ("64:ff9b:1:7f00:1::", AddressClass::Private), // local-use NAT64
+            ("2002:a9fe:a9fe::", AddressClass::Metadata), // 6to4
+            ("2002:808:808::1", AddressClass::Public), // 6to4 of 8.8.8.8
+            ("2001:0:808:808:0:0:80ff:fffe", AddressClass::Loopback), // Teredo, client 127.0.0.1
+            ("2001:db8::1", AddressClass::Reserved),   // documentation
+        ];
+        for (ip, class) in cases {
+            assert_eq!(strictest(ip.parse().unwrap()), class, "{ip}");
+        }
+        let strict = policy(false, false, &[]);
+        for url in [
+            "http://[::127.0.0.1]/mcp",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[64:ff9b::a00:1]/",
+            "http://[::ffff:0:a00:1]/",
+            "http://[2002:a9fe:a9fe::]/",
+        ] {
+            let err = strict.check(url).await.unwrap_err();
+            assert_eq!(err.code(), "URL_NOT_ALLOWED", "{url}");
+        }
+        assert!(strict.check("http://[64:ff9b::808:808]/mcp").await.is_ok());
+    }
+
+    /// A DNS server whose answer for a name changes after the first question.
+    struct Rebinding;
+    impl NameLookup for Rebinding {
+        fn lookup(&self, host: &str) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
+            let answer = match host {
+                "public.test" => Ok(vec!["93.184.216.34".parse().unwrap()]),
+                "mixed.test" => Ok(vec![
+                    "93.184.216.34".parse().unwrap(),
+                    "169.254.169.254".parse().unwrap(),
+                ]),
+                "inside.test" => Ok(vec!["127.0.0.1".parse().unwrap()]),
+                _ => Err(std::io::Error::other("NXDOMAIN")),
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_dialled_address_goes_through_the_policy() {
+        let mut settings = crate::config::Settings::defaults().security;
+        settings.name_lookup = LookupOverride(Some(Arc::new(Rebinding)));
+        settings.allowed_url_hosts = vec!["inside.test".into()];
+        let policy = UrlPolicy::from_settings(&settings);
+        assert!(policy.resolve("public.test").await.is_ok());
+        // One bad answer among good ones refuses the name.
+        assert!(matches!(
+            policy.resolve("mixed.test").await,
+            Err(ResolveError::Refused(_))
+        ));
+        // Listed by the admin: whatever it resolves to.
+        assert!(policy.resolve("inside.test").await.is_ok());
+        settings.allowed_url_hosts.clear();
+        let policy = UrlPolicy::from_settings(&settings);
+        let refused = policy.resolve("Inside.Test.").await.unwrap_err();
+        assert!(refused.to_string().contains("loopback"), "{refused}");
+        // Unknown today: saved, and judged again when dialled.
+        assert!(policy.check("http://later.test/mcp").await.is_ok());
+        assert!(matches!(
+            policy.resolve("later.test").await,
+            Err(ResolveError::Lookup(_))
+        ));
+        assert!(policy.resolve("localhost").await.is_err());
+        assert!(policy.resolve("[::ffff:127.0.0.1]").await.is_err());
     }
 
     #[tokio::test]

@@ -103,7 +103,10 @@ impl UpstreamService {
         globals: Arc<GlobalServers>,
         bindings: BindingCache,
     ) -> Self {
-        let http = crate::mcp::http_client(Duration::from_secs(settings.pool.connect_timeout_secs));
+        let http = crate::mcp::http_client(
+            Duration::from_secs(settings.pool.connect_timeout_secs),
+            url_policy.clone(),
+        );
         let rate_limits = Arc::new(RateLimits::new(&settings.limits));
         Self {
             store,
@@ -222,6 +225,8 @@ impl UpstreamService {
                 label: format!("{}/{}", server.user_id, server.spec.name.as_str()),
                 transport,
                 connect_timeout: Duration::from_secs(pool.connect_timeout_secs),
+                max_message_bytes: pool.max_message_bytes,
+                url_policy: self.url_policy.clone(),
                 http: self.http.clone(),
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const ADMIN_KEY: &str = "logging-test-admin-key-0123456789";
+pub const ADMIN_KEY: &str = "logging-test-admin-key-0123456789";
 
 async fn wait_for_line(
     lines: &Mutex<Vec<String>>,

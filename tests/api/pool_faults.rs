@@ -488,6 +488,22 @@ async fn a_call_in_flight_at_shutdown_finishes_then_its_process_is_gone() {
 }
 
 #[tokio::test]
+async fn a_call_still_running_when_the_grace_ends_is_answered_503() {
+    let app = spawn_pool_app_with(|s| s.server.shutdown_grace_secs = 1).await;
+    let server = app.stdio_fixture_ok("u").await;
+    let pid = app.fixture_pid("u", &server).await;
+    let in_flight = spawn_slow_call(&app, "u", &server, 30_000);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    app.begin_shutdown();
+    let response = in_flight.await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "SHUTTING_DOWN", "{body}");
+    app.stop().await;
+    assert!(!process_exists(pid), "process {pid} outlived the service");
+}
+
+#[tokio::test]
 async fn first_calls_racing_share_one_process() {
     let app = spawn_pool_app().await;
     app.create_preset_ok(fixture_preset()).await;

@@ -369,3 +369,34 @@ async fn stdio_children_get_a_minimal_environment() {
     assert_ne!(env("PATH").await, "<unset>");
     assert_ne!(env("LANG").await, "<unset>");
 }
+
+/// Calls over streamable HTTP reuse kept-alive connections instead of opening one per
+/// request (each a TCP, and toward real servers a TLS, handshake).
+#[tokio::test]
+async fn streamable_http_calls_reuse_connections() {
+    for (upstream, field) in [
+        (HttpUpstream::fixture(None).await, "text"),
+        (HttpUpstream::everything("streamableHttp").await, "message"),
+    ] {
+        let (port, accepted) = crate::upstreams::counting_proxy(upstream.port()).await;
+        let app = spawn_pool_app().await;
+        let server = app
+            .create_server_ok(
+                "u",
+                json!({"name": "up", "baseUrl": format!("http://127.0.0.1:{port}/mcp")}),
+            )
+            .await;
+        const CALLS: usize = 20;
+        for i in 0..CALLS {
+            let echo = app
+                .call("u", &server, "echo", json!({field: format!("call {i}")}))
+                .await;
+            assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+        }
+        let opened = accepted.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            opened < CALLS / 2,
+            "{opened} connections opened for {CALLS} calls (and the initialize)"
+        );
+    }
+}
