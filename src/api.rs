@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Request, Uri};
+use axum::http::{HeaderName, HeaderValue, Request, Uri};
+use axum::response::Response;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -36,6 +37,9 @@ pub use error::ApiError;
 
 use crate::config::Settings;
 use crate::services::Services;
+
+/// The response header naming the instance that answered (its id in `instances`).
+const INSTANCE_HEADER: HeaderName = HeaderName::from_static("x-instance-id");
 
 /// What every handler can reach: one allocation shared by every request. Extractors,
 /// middleware and the gateway clone it per request, so it is a pointer, not the services.
@@ -68,6 +72,9 @@ async fn answer_when_grace_ends(
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.server.max_body_bytes;
+    // Behind a load balancer, where a request landed is otherwise invisible.
+    let instance = HeaderValue::from_str(&state.services.cluster.me().to_string())
+        .expect("a UUID is a header value");
     let (rest, mut spec) = documented_routes().split_for_parts();
     openapi::add_shared_parts(&mut spec);
     rest.merge(gateway::mcp_endpoint(&state))
@@ -108,6 +115,15 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(axum::middleware::map_response(
+            move |mut response: Response| {
+                let instance = instance.clone();
+                async move {
+                    response.headers_mut().insert(INSTANCE_HEADER, instance);
+                    response
+                }
+            },
+        ))
 }
 
 /// Every REST route with its OpenAPI operation (see `openapi.rs`).

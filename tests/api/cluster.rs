@@ -15,13 +15,40 @@ use tokio::net::TcpListener;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, spawn_pool_app_with};
+use crate::logging::Binary;
 use crate::upstreams::eventually;
 
 /// Quick heartbeats, so a dead instance is noticed within seconds (but not so quick that
 /// a loaded test machine makes a live one look dead).
-fn fast_heartbeat(settings: &mut mcp_pool::Settings) {
+pub fn fast_heartbeat(settings: &mut mcp_pool::Settings) {
     settings.cluster.heartbeat_secs = 1;
     settings.cluster.instance_ttl_secs = 5;
+}
+
+/// Another instance of `app` (same database, encryption key, heartbeat and URL policy)
+/// as a process of its own, so that a test can kill it.
+pub async fn another_process(app: &TestApp) -> Binary {
+    let settings = &app.settings;
+    crate::logging::start_binary(&[
+        (
+            "MCP_POOL__STORAGE__DATA_DIR",
+            &settings.storage.data_dir.display().to_string(),
+        ),
+        ("DATABASE_URL", settings.database.url.expose_secret()),
+        (
+            "MCP_POOL__CLUSTER__HEARTBEAT_SECS",
+            &settings.cluster.heartbeat_secs.to_string(),
+        ),
+        (
+            "MCP_POOL__CLUSTER__INSTANCE_TTL_SECS",
+            &settings.cluster.instance_ttl_secs.to_string(),
+        ),
+        (
+            "MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS",
+            &settings.security.allow_loopback_urls.to_string(),
+        ),
+    ])
+    .await
 }
 
 /// User `u` with the fixture bound to assistant `a1`; `echo` runs without approval.
@@ -76,15 +103,7 @@ async fn a_starting_instance_leaves_calls_parked_on_a_live_one_alone() {
 async fn the_calls_of_a_crashed_instance_are_settled_by_a_live_one() {
     let b = spawn_pool_app_with(fast_heartbeat).await;
     setup(&b).await;
-    let data_dir = b.settings.storage.data_dir.display().to_string();
-    let database_url = b.settings.database.url.expose_secret().to_owned();
-    let mut a = crate::logging::start_binary(&[
-        ("MCP_POOL__STORAGE__DATA_DIR", &data_dir),
-        ("DATABASE_URL", &database_url),
-        ("MCP_POOL__CLUSTER__HEARTBEAT_SECS", "1"),
-        ("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "5"),
-    ])
-    .await;
+    let mut a = another_process(&b).await;
     let message = park_add(&b, &a.base).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(

@@ -27,7 +27,7 @@ async fn client(app: &TestApp) -> McpPoolClient<Channel> {
 }
 
 /// A request with the service key and `x-user-id` as metadata.
-fn as_user<T>(app: &TestApp, user: &str, message: T) -> Request<T> {
+pub fn as_user<T>(app: &TestApp, user: &str, message: T) -> Request<T> {
     let mut request = Request::new(message);
     let metadata = request.metadata_mut();
     metadata.insert(

@@ -327,7 +327,7 @@ impl Drop for TestApp {
     }
 }
 
-async fn into_reply(response: reqwest::Response) -> Reply {
+pub async fn into_reply(response: reqwest::Response) -> Reply {
     let status = response.status();
     let headers = response.headers().clone();
     let text = response.text().await.expect("body");

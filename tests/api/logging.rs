@@ -31,6 +31,8 @@ pub struct Binary {
     pub child: tokio::process::Child,
     lines: Arc<Mutex<Vec<String>>>,
     pub base: String,
+    /// `http://127.0.0.1:<gRPC port>` (empty with `grpc.enabled = false`).
+    pub grpc: String,
     _data: tempfile::TempDir,
 }
 
@@ -69,10 +71,21 @@ pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
     .await;
     let listening: Value = serde_json::from_str(&listening).expect("a JSON log line");
     let port = listening["fields"]["port"].as_u64().expect("port field");
+    // Logged just before the HTTP port.
+    let grpc = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "gRPC listening")
+        .and_then(|l| l["fields"]["port"].as_u64())
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .unwrap_or_default();
     Binary {
         child,
         lines,
         base: format!("http://127.0.0.1:{port}"),
+        grpc,
         _data: dir,
     }
 }
@@ -84,6 +97,7 @@ async fn actor_work_logs_under_the_request_id_that_started_it() {
         lines,
         base,
         _data,
+        ..
     } = start_binary(&[]).await;
     let client = reqwest::Client::new();
     let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {

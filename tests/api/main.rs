@@ -17,6 +17,7 @@ mod keys;
 mod llm_script;
 mod logging;
 mod metrics;
+mod nginx;
 mod openapi;
 mod persistence;
 mod pool_faults;
