@@ -24,6 +24,7 @@ pub enum Resource {
     Resource,
     Prompt,
     XiaozhiBridge,
+    GatewaySession,
 }
 
 impl Resource {
@@ -41,6 +42,7 @@ impl Resource {
             Resource::Resource => "RESOURCE_NOT_FOUND",
             Resource::Prompt => "PROMPT_NOT_FOUND",
             Resource::XiaozhiBridge => "XIAOZHI_BRIDGE_NOT_FOUND",
+            Resource::GatewaySession => "GATEWAY_SESSION_NOT_FOUND",
         }
     }
 
@@ -58,6 +60,7 @@ impl Resource {
             Resource::Resource => "resource",
             Resource::Prompt => "prompt",
             Resource::XiaozhiBridge => "Xiaozhi bridge",
+            Resource::GatewaySession => "gateway session",
         }
     }
 }

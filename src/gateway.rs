@@ -10,6 +10,8 @@
 
 pub mod xiaozhi;
 
+use std::sync::Arc;
+
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -26,6 +28,10 @@ pub struct GatewayHandler {
     /// (the auth middleware puts it in the request's extensions).
     fixed: Option<GatewayPrincipal>,
     max_result_bytes: usize,
+    /// Cancelled when the session's handler is dropped (rmcp drops it when the session
+    /// ends: DELETE, idle expiry, a closed bridge socket), ending the session's tasks.
+    session: CancellationToken,
+    _session_guard: Arc<tokio_util::sync::DropGuard>,
 }
 
 /// An error as an MCP client sees it: the client's own mistakes are invalid params,
@@ -46,10 +52,13 @@ impl GatewayHandler {
         fixed: Option<GatewayPrincipal>,
         max_result_bytes: usize,
     ) -> Self {
+        let session = CancellationToken::new();
         Self {
             service,
             fixed,
             max_result_bytes,
+            _session_guard: Arc::new(session.clone().drop_guard()),
+            session,
         }
     }
 
@@ -91,9 +100,14 @@ impl ServerHandler for GatewayHandler {
         };
         let mut changes = self.service.pool_changes();
         let peer = context.peer;
+        let ended = self.session.clone();
         tokio::spawn(async move {
             loop {
-                match changes.recv().await {
+                let change = tokio::select! {
+                    () = ended.cancelled() => break,
+                    change = changes.recv() => change,
+                };
+                match change {
                     Ok(key) if key.user == principal.user => {
                         if peer.notify_tool_list_changed().await.is_err() {
                             break;

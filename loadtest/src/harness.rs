@@ -355,10 +355,15 @@ impl Service {
                 format!("{}/mcp/assistants/{assistant}", self.base),
             )
             .auth_header(token);
-        Ok(
-            ().serve(StreamableHttpClientTransport::from_config(config))
-                .await?,
-        )
+        // Kept-alive connections, as SDK clients use them (rmcp's default client opens one
+        // per request, which hid the ~44 ms delayed-ACK stall of a listener without
+        // TCP_NODELAY).
+        Ok(()
+            .serve(StreamableHttpClientTransport::with_client(
+                reqwest::Client::new(),
+                config,
+            ))
+            .await?)
     }
 
     /// `/admin/stats`: connection counts by state.

@@ -43,14 +43,49 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
     };
     let gateway = state.services.gateway.clone();
     let max_result_bytes = settings.limits.max_result_bytes;
+    let sessions = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
         move || Ok(GatewayHandler::new(gateway.clone(), None, max_result_bytes)),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
-    Router::new().route_service(GATEWAY_PATH, mcp).route_layer(
-        axum::middleware::from_fn_with_state(state.clone(), authenticate),
-    )
+    Router::new()
+        .route_service(GATEWAY_PATH, mcp)
+        .route_layer(axum::middleware::from_fn_with_state(
+            sessions,
+            unknown_session_delete,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
+}
+
+/// A DELETE naming a session this instance does not hold answers 404, as the MCP
+/// transport spec has servers answer unknown sessions (rmcp answers 202, and clients then
+/// log a failed termination).
+async fn unknown_session_delete(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    use rmcp::transport::streamable_http_server::SessionManager as _;
+    if request.method() == axum::http::Method::DELETE
+        && let Some(id) = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        let id: rmcp::transport::streamable_http_server::SessionId = id.to_owned().into();
+        if !sessions.has_session(&id).await.unwrap_or(false) {
+            return Err(crate::error::Error::NotFound(
+                crate::error::Resource::GatewaySession,
+                id.to_string(),
+            )
+            .into());
+        }
+    }
+    Ok(next.run(request).await)
 }
 
 /// The assistant's servers as one streamable-HTTP MCP server (JSON-RPC 2.0, MCP

@@ -410,3 +410,86 @@ async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
         "{seen}"
     );
 }
+
+/// A session ends with everything it started (the task relaying list changes to it), and
+/// a DELETE of a session the gateway does not hold answers 404.
+#[tokio::test]
+async fn a_sessions_tasks_end_with_it_and_unknown_sessions_answer_404() {
+    let (app, token) = gateway_app().await;
+    // No kept-alive connections: their tasks would blur the count.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("{}/mcp/assistants/a1", app.address);
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(&url)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        request.send()
+    };
+    let open = || async {
+        let initialized = post(
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}}),
+        )
+        .await
+        .unwrap();
+        let session = initialized.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        initialized.bytes().await.unwrap();
+        let ack = post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ack.status(), StatusCode::ACCEPTED);
+        session
+    };
+    let delete = |session: String| {
+        client
+            .delete(&url)
+            .bearer_auth(&token)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+    };
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+
+    let warm = open().await;
+    assert_eq!(delete(warm).await.unwrap().status(), StatusCode::ACCEPTED);
+    let baseline = alive();
+    let sessions = futures::future::join_all((0..30).map(|_| open())).await;
+    assert!(alive() >= baseline + 30, "each session holds tasks");
+    for session in &sessions {
+        let deleted = delete(session.clone()).await.unwrap();
+        assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+    }
+    crate::upstreams::eventually("the deleted sessions' tasks are gone", || async {
+        alive() <= baseline + 3
+    })
+    .await;
+
+    let again = delete(sessions[0].clone()).await.unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_FOUND);
+    let unknown = delete("no-such-session".into()).await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "GATEWAY_SESSION_NOT_FOUND", "{body}");
+}

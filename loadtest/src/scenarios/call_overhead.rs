@@ -99,9 +99,13 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
                 ().serve(TokioChildProcess::new(command)?).await?
             }
             "streamableHttp" => {
-                ().serve(StreamableHttpClientTransport::from_uri(format!(
-                    "{http_base}/mcp"
-                )))
+                // Kept-alive connections, like the pool's own client.
+                ().serve(StreamableHttpClientTransport::with_client(
+                    reqwest::Client::new(),
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        format!("{http_base}/mcp"),
+                    ),
+                ))
                 .await?
             }
             _ => ().serve(mcp_pool::embedded::start(EmbeddedKind::Calculator)).await?,
