@@ -1,7 +1,10 @@
 //! Several instances of the service on one database.
 //!
 //! Each process registers a fresh [`InstanceId`] and beats a heartbeat into `instances`;
-//! one that stops beating for `cluster.instance_ttl_secs` is dead. Work that must have a
+//! one that stops beating for `cluster.instance_ttl_secs` is dead. One that ended on this
+//! host (its [`presence`] lock in the data directory is free) is dead at once: its row is
+//! removed as a clean stop would have, at the start of the next process on that data
+//! directory and at every heartbeat of the others there. Work that must have a
 //! single owner (a message's open tool calls, a Xiaozhi bridge) records its owning
 //! instance, so a start or a sweep only settles or takes over what dead instances held.
 //!
@@ -9,6 +12,9 @@
 //! (the ones addressed `to` a single instance are ignored by the others). On SQLite there
 //! is no such channel; the service is then one instance and [`Cluster::tell`] does nothing.
 
+mod presence;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,6 +27,7 @@ use uuid::Uuid;
 use crate::config::ClusterSettings;
 use crate::domain::InstanceId;
 use crate::store::{Store, StoreError};
+use presence::Presence;
 
 const CHANNEL: &str = "mcp_pool_cluster";
 
@@ -102,6 +109,9 @@ struct Inner {
     stop: CancellationToken,
     /// The sending task, awaited on leave so queued notes still go out.
     sender: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The lock that tells the others on this host when this process is gone (`None`
+    /// when it could not be set up: this instance is then noticed only by its silence).
+    presence: Option<Arc<Presence>>,
 }
 
 #[derive(Clone)]
@@ -110,10 +120,27 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Registers this process and, on PostgreSQL, starts listening to the others.
-    pub async fn join(store: Store, settings: ClusterSettings) -> Result<Self, StoreError> {
+    /// Registers this process, holds its presence lock in `data_dir` and, on
+    /// PostgreSQL, starts listening to the others.
+    pub async fn join(
+        store: Store,
+        settings: ClusterSettings,
+        data_dir: &Path,
+    ) -> Result<Self, StoreError> {
         let me = InstanceId::generate();
         store.instances().register(me).await?;
+        let presence = match Presence::hold(data_dir, me) {
+            Ok(presence) => Some(Arc::new(presence)),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    dir = %data_dir.display(),
+                    "no presence lock in the data directory: if this process is killed, the \
+                     calls it holds are settled only after cluster.instance_ttl_secs"
+                );
+                None
+            }
+        };
         let stop = CancellationToken::new();
         let (inbox, _) = broadcast::channel(4096);
         let alone = Arc::new(AtomicBool::new(true));
@@ -143,6 +170,7 @@ impl Cluster {
                 alone,
                 stop,
                 sender: std::sync::Mutex::new(sender),
+                presence,
             }),
         };
         cluster.refresh_alone().await?;
@@ -190,7 +218,8 @@ impl Cluster {
             .await
     }
 
-    /// Beats, then forgets instances long dead. Returns the live instances.
+    /// Beats, removes the instances that ended on this host, then forgets instances
+    /// long dead. Returns the live instances.
     pub async fn beat(&self) -> Result<Vec<InstanceId>, StoreError> {
         let instances = self.inner.store.instances();
         if !instances.beat(self.inner.me).await? {
@@ -200,9 +229,40 @@ impl Cluster {
                  parked calls and taken over its bridges"
             );
         }
+        self.remove_ended().await?;
         instances.forget_silent(self.forgotten_before()).await?;
         self.refresh_alone().await?;
         self.live().await
+    }
+
+    /// Removes the rows of instances whose processes ended on this host without leaving
+    /// (their presence locks are free), so they are dead now rather than once their
+    /// heartbeat ages out.
+    async fn remove_ended(&self) -> Result<(), StoreError> {
+        let Some(presence) = self.inner.presence.clone() else {
+            return Ok(());
+        };
+        let ended = match tokio::task::spawn_blocking(move || presence.ended()).await {
+            Ok(Ok(ended)) => ended,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the presence files of this host were not read");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the presence files failed");
+                return Ok(());
+            }
+        };
+        for ended in ended {
+            if self.inner.store.instances().remove(ended.instance).await? {
+                tracing::warn!(
+                    instance = %ended.instance,
+                    "an instance on this host ended without leaving: it is dead now"
+                );
+            }
+            ended.forget();
+        }
+        Ok(())
     }
 
     /// Rows silent since before this are deleted.
@@ -267,8 +327,15 @@ impl Cluster {
         if let Some(sender) = sender {
             let _ = tokio::time::timeout(Duration::from_secs(5), sender).await;
         }
-        if let Err(e) = self.inner.store.instances().remove(self.inner.me).await {
-            tracing::warn!(error = %e, "could not deregister this instance");
+        match self.inner.store.instances().remove(self.inner.me).await {
+            // Without its row, the file has nothing left to say.
+            Ok(_) => {
+                if let Some(presence) = &self.inner.presence {
+                    presence.release();
+                }
+            }
+            // The lock, released when the process ends, still tells the next one.
+            Err(e) => tracing::warn!(error = %e, "could not deregister this instance"),
         }
     }
 }

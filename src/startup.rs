@@ -61,8 +61,12 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
         let store = open_store(&settings).await?;
-        let cluster =
-            crate::cluster::Cluster::join(store.clone(), settings.cluster.clone()).await?;
+        let cluster = crate::cluster::Cluster::join(
+            store.clone(),
+            settings.cluster.clone(),
+            &settings.storage.data_dir,
+        )
+        .await?;
         let pool = Pool::start(
             settings.pool.clone(),
             Arc::new(crate::metrics::Metrics::new()),

@@ -76,11 +76,12 @@ impl InstanceRepo {
             .rows_affected)
     }
 
-    /// A clean stop: nothing of this instance's survives it but calls it left running,
-    /// which the next sweep of any instance settles at once.
-    pub async fn remove(&self, id: InstanceId) -> Result<(), StoreError> {
-        instance::Entity::delete_by_id(id.0).exec(&self.db).await?;
-        Ok(())
+    /// A clean stop (or one known to have ended on this host): nothing of the instance
+    /// survives it but calls it left open, which the next sweep of any instance settles
+    /// at once. `false` when there was no row.
+    pub async fn remove(&self, id: InstanceId) -> Result<bool, StoreError> {
+        let deleted = instance::Entity::delete_by_id(id.0).exec(&self.db).await?;
+        Ok(deleted.rows_affected > 0)
     }
 }
 

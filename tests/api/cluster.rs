@@ -58,10 +58,15 @@ async fn setup(app: &TestApp) -> String {
 
 /// Parks `c1` (`add` needs approval) on a new message through `base`.
 async fn park_add(app: &TestApp, base: &str) -> String {
+    park_add_with(&app.service_key, base).await
+}
+
+/// [`park_add`] with the service key `key`.
+async fn park_add_with(key: &str, base: &str) -> String {
     let message = Uuid::new_v4().to_string();
     let reply = reqwest::Client::new()
         .post(format!("{base}/api/messages/{message}/tool-calls"))
-        .bearer_auth(&app.service_key)
+        .bearer_auth(key)
         .header("X-User-Id", "u")
         .json(&json!({"assistantId": "a1", "calls": [
             {"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]}))
@@ -87,7 +92,8 @@ async fn a_starting_instance_leaves_calls_parked_on_a_live_one_alone() {
     let message = park_add(&a, &a.address).await;
 
     let b = a.another_instance().await;
-    // B settled what it found orphaned when it started and sweeps every second.
+    // B settled what it found orphaned when it started and sweeps every second; it shares
+    // A's data directory, where A's presence lock tells it A is alive.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(record(&b, &message).await["status"], "pending");
 
@@ -124,6 +130,74 @@ async fn the_calls_of_a_crashed_instance_are_settled_by_a_live_one() {
     );
     let late = b.confirm("u", &message, "c1", true).await;
     assert_eq!(late.code(), "TOOL_CALL_SETTLED");
+}
+
+/// `method` on `base` as user `u` with the service key: (status, body).
+async fn as_user(
+    key: &str,
+    method: Method,
+    url: String,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(key)
+        .header("X-User-Id", "u");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let reply = request.send().await.unwrap();
+    (reply.status(), reply.json().await.unwrap_or(Value::Null))
+}
+
+/// A process killed on this host is known dead by the next one on its data directory
+/// the moment that one starts (it held a lock there that died with it): the heartbeat
+/// timeout (a minute here) plays no part, and the calls are settled before it serves.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_restarted_instance_settles_the_calls_of_its_killed_predecessor_at_once() {
+    let long_ttl = |settings: &mut mcp_pool::Settings| settings.cluster.instance_ttl_secs = 60;
+    let app = spawn_pool_app_with(long_ttl).await;
+    setup(&app).await;
+    let key = app.service_key.clone();
+    let database_url = app.settings.database.url.expose_secret().to_owned();
+    let data = app.stop_keeping_data().await;
+    let data_dir = data.path().display().to_string();
+    let env = [
+        ("MCP_POOL__STORAGE__DATA_DIR", data_dir.as_str()),
+        ("DATABASE_URL", database_url.as_str()),
+        ("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "60"),
+    ];
+    let mut first = crate::logging::start_binary(&env).await;
+    let message = park_add_with(&key, &first.base).await;
+    first.child.kill().await.unwrap();
+
+    let second = crate::logging::start_binary(&env).await;
+    let (_, stored) = as_user(
+        &key,
+        Method::GET,
+        format!("{}/api/messages/{message}", second.base),
+        None,
+    )
+    .await;
+    let call = &stored["toolCalls"][0];
+    assert_eq!(call["status"], "cancelled", "{stored}");
+    assert_eq!(
+        call["response"],
+        "interrupted: the service instance holding this call stopped"
+    );
+    let (status, late) = as_user(
+        &key,
+        Method::POST,
+        format!("{}/api/messages/{message}/tool-confirm", second.base),
+        Some(json!({"toolCallId": "c1", "approved": true})),
+    )
+    .await;
+    assert_eq!(
+        (status, late["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("TOOL_CALL_SETTLED")),
+        "{late}"
+    );
 }
 
 #[tokio::test]

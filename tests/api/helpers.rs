@@ -139,6 +139,13 @@ impl TestApp {
             .expect("service stopped cleanly");
     }
 
+    /// Stops the service as SIGTERM would and hands over its data directory, for
+    /// another process to start on (with the same database).
+    pub async fn stop_keeping_data(mut self) -> TempDir {
+        self.wait_stopped().await;
+        std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap())
+    }
+
     /// What SIGTERM does, without waiting for the service to stop.
     pub fn begin_shutdown(&self) {
         self.shutdown.cancel();
