@@ -6,6 +6,7 @@
 mod ids;
 mod preset;
 mod secret_map;
+mod secret_url;
 mod server;
 mod tool_call;
 pub mod tool_name;
@@ -13,6 +14,7 @@ pub mod tool_name;
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
+pub use secret_url::SecretUrl;
 pub use server::{
     EmbeddedKind, McpServer, RemoteEndpoint, ServerSpec, StdioLaunch, Transport, TransportKind,
 };

@@ -10,6 +10,7 @@ mod connect;
 mod handler;
 mod sse;
 pub mod stdio;
+mod url_free;
 
 pub use client::{CallOutcome, McpClient, Progress, ServerFeatures};
 pub use connect::{UpstreamSpec, UpstreamTransport, connect, http_client};

@@ -107,9 +107,18 @@ impl Store {
         Ok(Self { db, cipher })
     }
 
+    /// Brings the schema up to date, then seals what older versions stored in clear.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         use migration::MigratorTrait;
         migration::Migrator::up(&self.db, None).await?;
+        // Data the schema migrations cannot move themselves: sealing needs the key.
+        let sealed = self.servers().seal_clear_urls().await?;
+        if sealed > 0 {
+            tracing::info!(
+                servers = sealed,
+                "sealed the credentials of stored server URLs"
+            );
+        }
         Ok(())
     }
 

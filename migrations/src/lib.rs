@@ -10,6 +10,7 @@ mod m20261122_000002_message_open_calls;
 mod m20261123_000003_message_metadata;
 mod m20261123_000004_gateway;
 mod m20261123_000005_instances;
+mod m20261124_000006_sealed_base_url;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000003_message_metadata::Migration),
             Box::new(m20261123_000004_gateway::Migration),
             Box::new(m20261123_000005_instances::Migration),
+            Box::new(m20261124_000006_sealed_base_url::Migration),
         ]
     }
 }

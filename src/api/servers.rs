@@ -35,6 +35,8 @@ pub struct ServerView {
     #[serde(rename = "type")]
     transport: &'static str,
     is_active: bool,
+    /// The user name, password and query values show as `********`; sent back unchanged,
+    /// they keep their stored values.
     #[serde(skip_serializing_if = "Option::is_none")]
     base_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,7 +84,7 @@ impl From<McpServer> for ServerView {
         };
         match spec.transport {
             Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => {
-                view.base_url = Some(endpoint.url.to_string());
+                view.base_url = Some(endpoint.url.masked());
                 view.headers = Some(endpoint.headers.masked());
             }
             Transport::Embedded(kind) => view.embedded = Some(kind.as_str()),

@@ -3,6 +3,8 @@
 //! `mcp-fixture stdio` speaks MCP on stdin/stdout. `mcp-fixture http [--port N]` serves
 //! streamable HTTP at `/mcp` and the legacy HTTP+SSE transport at `/sse` (+ `POST
 //! /message?sessionId=..`), and prints `listening on http://127.0.0.1:PORT` once ready.
+//! With `--require-basic USER:PASS` and/or `--require-query NAME=VALUE`, `/mcp` answers 401
+//! to a request without those credentials (as servers that take their key in the URL do).
 //!
 //! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
@@ -372,7 +374,45 @@ async fn sse_message(
     }
 }
 
-async fn serve_http(port: u16) -> std::io::Result<()> {
+/// Credentials `/mcp` insists on (`--require-basic`, `--require-query`).
+#[derive(Clone, Default)]
+struct Required {
+    /// `Authorization: Basic base64(USER:PASS)`.
+    basic: Option<String>,
+    /// `NAME=VALUE` in the query string.
+    query: Option<(String, String)>,
+}
+
+async fn require_credentials(
+    State(required): State<Arc<Required>>,
+    Query(query): Query<HashMap<String, String>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use base64::Engine;
+    let basic_ok = required.basic.as_ref().is_none_or(|pair| {
+        let wanted = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        );
+        request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .is_some_and(|given| given.as_bytes() == wanted.as_bytes())
+    });
+    let query_ok = required
+        .query
+        .as_ref()
+        .is_none_or(|(name, value)| query.get(name) == Some(value));
+    if !request.uri().path().starts_with("/mcp") || (basic_ok && query_ok) {
+        next.run(request).await
+    } else {
+        (StatusCode::UNAUTHORIZED, "missing or wrong credentials").into_response()
+    }
+}
+
+async fn serve_http(port: u16, required: Required) -> std::io::Result<()> {
     let mcp = StreamableHttpService::new(
         || Ok(Fixture::default()),
         Arc::new(LocalSessionManager::default()),
@@ -383,7 +423,11 @@ async fn serve_http(port: u16) -> std::io::Result<()> {
         .route("/sse", get(sse_connect))
         .route("/message", post(sse_message))
         .with_state(sessions)
-        .nest_service("/mcp", mcp);
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(required),
+            require_credentials,
+        ));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     use std::io::Write;
@@ -405,14 +449,28 @@ async fn main() -> std::process::ExitCode {
             Err(e) => Err(std::io::Error::other(e)),
         },
         Some("http") => {
-            let port = match args.get(1).map(String::as_str) {
-                Some("--port") => args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0),
-                _ => 0,
-            };
-            serve_http(port).await
+            let mut port = 0;
+            let mut required = Required::default();
+            for pair in args[1..].chunks(2) {
+                match (pair[0].as_str(), pair.get(1)) {
+                    ("--port", Some(value)) => port = value.parse().unwrap_or(0),
+                    ("--require-basic", Some(value)) => required.basic = Some(value.clone()),
+                    ("--require-query", Some(value)) => {
+                        let (name, value) = value.split_once('=').unwrap_or((value, ""));
+                        required.query = Some((name.to_owned(), value.to_owned()));
+                    }
+                    _ => {
+                        eprintln!("mcp-fixture: unexpected argument {}", pair[0]);
+                        return std::process::ExitCode::from(2);
+                    }
+                }
+            }
+            serve_http(port, required).await
         }
         _ => {
-            eprintln!("usage: mcp-fixture stdio | mcp-fixture http [--port N]");
+            eprintln!(
+                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE]"
+            );
             return std::process::ExitCode::from(2);
         }
     };

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use url::Url;
 use uuid::Uuid;
 
-use super::{SecretMap, ServerName, UserId};
+use super::{SecretMap, SecretUrl, ServerName, UserId};
 use crate::error::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,7 +98,8 @@ pub struct StdioLaunch {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteEndpoint {
-    pub url: Url,
+    /// Its user name, password and query values are secrets, like the headers.
+    pub url: SecretUrl,
     pub headers: SecretMap,
 }
 

@@ -78,13 +78,14 @@ pub struct XiaozhiBridges {
     cluster: Cluster,
 }
 
-/// The endpoint without its query (which carries the token).
+/// The endpoint without its query (which carries the token) and its userinfo.
 pub fn redacted(endpoint: &str) -> String {
     match url::Url::parse(endpoint) {
         Ok(mut url) => {
             let had_query = url.query().is_some();
             url.set_query(None);
             let _ = url.set_password(None);
+            let _ = url.set_username("");
             if had_query {
                 format!("{url}?…")
             } else {
@@ -503,5 +504,19 @@ impl BridgeTask {
         drop(to_server);
         server.abort();
         reason
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn redacted_endpoints_show_no_credentials() {
+        assert_eq!(
+            redacted("wss://user:pw@api.example/mcp/?token=t0k"),
+            "wss://api.example/mcp/?…"
+        );
+        assert_eq!(redacted("wss://api.example/mcp/"), "wss://api.example/mcp/");
     }
 }

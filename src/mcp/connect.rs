@@ -13,12 +13,13 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
-use url::Url;
 
 use super::handler::{PoolClientHandler, UpstreamEvents};
 use super::sse::LegacySseTransport;
 use super::stdio::{StdioCommand, StdioTransport};
+use super::url_free::UrlFreeErrors;
 use super::{McpClient, McpError};
+use crate::domain::SecretUrl;
 
 /// Longest stderr line of a child that is logged whole.
 const MAX_STDERR_LINE: usize = 2048;
@@ -35,11 +36,11 @@ pub enum UpstreamTransport {
         working_dir: PathBuf,
     },
     StreamableHttp {
-        url: Url,
+        url: SecretUrl,
         headers: BTreeMap<String, String>,
     },
     Sse {
-        url: Url,
+        url: SecretUrl,
         headers: BTreeMap<String, String>,
     },
     /// A server of this process, over an in-memory pipe.
@@ -146,7 +147,7 @@ pub async fn connect(
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::StreamableHttp { url, headers } => {
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                let config = StreamableHttpClientTransportConfig::with_uri(url.expose().as_str())
                     .custom_headers(
                         header_map(headers)?
                             .into_iter()
@@ -154,8 +155,10 @@ pub async fn connect(
                             .collect::<HashMap<_, _>>(),
                     )
                     .reinit_on_expired_session(true);
-                let transport =
-                    StreamableHttpClientTransport::with_client(spec.http.clone(), config);
+                let transport = StreamableHttpClientTransport::with_client(
+                    UrlFreeErrors(spec.http.clone()),
+                    config,
+                );
                 handler
                     .serve(transport)
                     .instrument(session.clone())
@@ -163,12 +166,9 @@ pub async fn connect(
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::Sse { url, headers } => {
-                let transport = LegacySseTransport::connect(
-                    spec.http.clone(),
-                    url.clone(),
-                    header_map(headers)?,
-                )
-                .await?;
+                let transport =
+                    LegacySseTransport::connect(spec.http.clone(), url, header_map(headers)?)
+                        .await?;
                 handler
                     .serve(transport)
                     .instrument(session.clone())
@@ -205,7 +205,7 @@ async fn explain_refusal(spec: &UpstreamSpec, error: McpError) -> McpError {
     };
     match spec
         .url_policy
-        .resolve(url.host_str().unwrap_or_default())
+        .resolve(url.expose().host_str().unwrap_or_default())
         .await
     {
         Err(crate::security::url_guard::ResolveError::Refused(refused)) => {

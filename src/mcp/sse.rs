@@ -3,6 +3,9 @@
 //! GET the event stream, wait for the `endpoint` event, then POST each JSON-RPC message to
 //! that URL while `message` events carry the server's messages back. The endpoint must be
 //! on the same origin as the stream, so a server cannot redirect our POSTs elsewhere.
+//!
+//! The URL may carry credentials: messages name it masked, and reqwest's request errors
+//! (the only ones that quote a URL) lose it.
 
 use std::sync::Arc;
 
@@ -17,6 +20,7 @@ use tokio::task::JoinHandle;
 use url::Url;
 
 use super::McpError;
+use crate::domain::SecretUrl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SseTransportError {
@@ -39,19 +43,20 @@ pub struct LegacySseTransport {
 impl LegacySseTransport {
     pub async fn connect(
         client: reqwest::Client,
-        url: Url,
+        secret_url: &SecretUrl,
         headers: HeaderMap,
     ) -> Result<Self, McpError> {
+        let url = secret_url.expose();
         let response = client
             .get(url.clone())
             .headers(headers.clone())
             .header(ACCEPT, "text/event-stream")
             .send()
             .await
-            .map_err(|e| McpError::Connect(format!("GET {url}: {e}")))?;
+            .map_err(|e| McpError::Connect(format!("GET {secret_url}: {}", e.without_url())))?;
         if !response.status().is_success() {
             return Err(McpError::Connect(format!(
-                "GET {url} answered {}",
+                "GET {secret_url} answered {}",
                 response.status()
             )));
         }
@@ -75,7 +80,8 @@ impl LegacySseTransport {
         };
         if post_url.origin() != url.origin() {
             return Err(McpError::Connect(format!(
-                "the server announced an endpoint on another origin ({post_url}); refused"
+                "the server announced an endpoint on another origin ({}); refused",
+                SecretUrl::new(post_url)
             )));
         }
         let (sender, incoming) = mpsc::channel(64);
@@ -133,7 +139,7 @@ impl Transport<RoleClient> for LegacySseTransport {
                 .body(body)
                 .send()
                 .await
-                .map_err(|e| SseTransportError::Http(e.to_string()))?;
+                .map_err(|e| SseTransportError::Http(e.without_url().to_string()))?;
             if !response.status().is_success() {
                 return Err(SseTransportError::Status(response.status()));
             }

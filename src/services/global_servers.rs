@@ -19,16 +19,16 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::{
-    EmbeddedKind, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch,
-    Transport, UserId,
+    EmbeddedKind, McpServer, RemoteEndpoint, SecretMap, SecretUrl, ServerName, ServerSpec,
+    StdioLaunch, Transport, UserId,
 };
 use crate::pool::{ConnectionKey, Pool};
 
 /// Fixed namespace of global server ids: an id depends only on the server's name.
 const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6d63_705f_706f_6f6c_5f67_6c6f_6261_6c73);
 
-/// One server as the file describes it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// One server as the file describes it. No `Debug`: the URL, headers and env are in clear.
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileServer {
     #[serde(rename = "type")]
@@ -49,7 +49,7 @@ pub struct FileServer {
     pub timeout_secs: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ServersFile {
     #[serde(default)]
@@ -201,7 +201,7 @@ impl GlobalServers {
                     return Err("url must use http or https".into());
                 }
                 let endpoint = RemoteEndpoint {
-                    url,
+                    url: SecretUrl::new(url),
                     headers: SecretMap::new(source.headers.clone()),
                 };
                 Ok(if kind == "sse" {

@@ -10,8 +10,8 @@ use super::normalize_tool_list;
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
-    EmbeddedKind, MASK, McpServer, RemoteEndpoint, SecretMap, ServerName, ServerSpec, StdioLaunch,
-    Transport, TransportKind, UserId,
+    EmbeddedKind, MASK, McpServer, RemoteEndpoint, SecretMap, SecretUrl, ServerName, ServerSpec,
+    StdioLaunch, Transport, TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionKey, Pool};
@@ -20,7 +20,8 @@ use crate::store::{Store, StoreError};
 
 /// Fields a user may send when creating or updating a server. Every field is optional so
 /// the same shape serves both: on update, an absent (or null) field keeps its value.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+// No `Debug`: the URL, headers and env are in clear here.
+#[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerInput {
     /// Unique per user, 1 to 64 characters; required on create.
@@ -31,6 +32,8 @@ pub struct ServerInput {
     #[schema(pattern = "^(stdio|sse|streamableHttp|embedded)$")]
     pub transport: Option<String>,
     pub is_active: Option<bool>,
+    /// `********` as the user name, the password or a query value keeps the stored one
+    /// (same scheme, host and port only).
     #[serde(alias = "url")]
     pub base_url: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
@@ -302,7 +305,10 @@ impl ServerService {
         }
         let current = carried.and_then(Transport::remote);
         let url = match (&input.base_url, current) {
-            (Some(raw), _) => self.url_policy.check(raw).await?,
+            // Parts sent masked keep the stored credentials, as for headers.
+            (Some(raw), current) => {
+                SecretUrl::merge_update(self.url_policy.check(raw).await?, current.map(|e| &e.url))?
+            }
             (None, Some(endpoint)) => endpoint.url.clone(),
             (None, None) => {
                 return Err(Error::validation(format!(

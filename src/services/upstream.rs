@@ -20,7 +20,7 @@ use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
-use crate::domain::{AssistantId, McpServer, Transport, UserId};
+use crate::domain::{AssistantId, McpServer, SecretUrl, Transport, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{CallOutcome, UpstreamSpec, UpstreamTransport};
 use crate::pool::{
@@ -206,11 +206,11 @@ impl UpstreamService {
                 }
             }
             Transport::Sse(endpoint) => UpstreamTransport::Sse {
-                url: self.url_policy.check(endpoint.url.as_str()).await?,
+                url: self.checked(&endpoint.url).await?,
                 headers: endpoint.headers.expose().clone(),
             },
             Transport::StreamableHttp(endpoint) => UpstreamTransport::StreamableHttp {
-                url: self.url_policy.check(endpoint.url.as_str()).await?,
+                url: self.checked(&endpoint.url).await?,
                 headers: endpoint.headers.expose().clone(),
             },
             Transport::Embedded(kind) => UpstreamTransport::Embedded(*kind),
@@ -232,6 +232,12 @@ impl UpstreamService {
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,
         })
+    }
+
+    /// The URL policy once more (DNS may have changed), credentials kept.
+    async fn checked(&self, url: &SecretUrl) -> Result<SecretUrl> {
+        let checked = self.url_policy.check(url.expose().as_str()).await?;
+        Ok(SecretUrl::new(checked))
     }
 
     fn inherited_env(&self) -> Vec<(String, String)> {

@@ -3,17 +3,18 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, TransactionTrait,
 };
 use uuid::Uuid;
 
 use super::entities::{assistant_server, mcp_server};
 use super::{StoreError, corrupt, from_json, open_map, seal_map};
 use crate::domain::{
-    EmbeddedKind, McpServer, RemoteEndpoint, ServerName, ServerSpec, StdioLaunch, Transport,
-    TransportKind, UserId,
+    EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec, StdioLaunch,
+    Transport, TransportKind, UserId,
 };
 use crate::security::Cipher;
 
@@ -119,14 +120,71 @@ impl ServerRepo {
         Ok(deleted == 1)
     }
 
+    /// Seals the credentials of URLs stored in clear (rows written before URLs were
+    /// sealed): `base_url` becomes the masked URL, `base_url_sealed` the whole one.
+    /// Idempotent; a row another instance sealed meanwhile is left alone.
+    pub async fn seal_clear_urls(&self) -> Result<u64, StoreError> {
+        let rows = mcp_server::Entity::find()
+            .filter(mcp_server::Column::BaseUrlSealed.is_null())
+            .filter(
+                Condition::any()
+                    .add(mcp_server::Column::BaseUrl.contains("@"))
+                    .add(mcp_server::Column::BaseUrl.contains("?")),
+            )
+            .all(&self.db)
+            .await?;
+        let mut sealed = 0;
+        for row in rows {
+            // A URL that does not parse holds nothing to seal; reading the row reports it.
+            let Ok(url) = self.open_url(row.base_url.as_deref(), None) else {
+                continue;
+            };
+            if !url.has_secrets() {
+                continue;
+            }
+            sealed += mcp_server::Entity::update_many()
+                .col_expr(mcp_server::Column::BaseUrl, Expr::value(url.masked()))
+                .col_expr(
+                    mcp_server::Column::BaseUrlSealed,
+                    Expr::value(seal_url(&self.cipher, &url)),
+                )
+                .filter(mcp_server::Column::Id.eq(row.id))
+                .filter(mcp_server::Column::BaseUrlSealed.is_null())
+                .exec(&self.db)
+                .await?
+                .rows_affected;
+        }
+        Ok(sealed)
+    }
+
+    /// The URL of a remote server: the sealed one when there is one, else the plain column.
+    fn open_url(
+        &self,
+        base_url: Option<&str>,
+        sealed: Option<&str>,
+    ) -> Result<SecretUrl, StoreError> {
+        let clear = match sealed {
+            Some(sealed) => self
+                .cipher
+                .open(sealed)
+                .map_err(|e| corrupt("base_url_sealed", e))?,
+            None => base_url
+                .ok_or_else(|| corrupt("base_url", "missing"))?
+                .to_owned(),
+        };
+        let url = clear.parse().map_err(|e| corrupt("base_url", e))?;
+        Ok(SecretUrl::new(url))
+    }
+
     fn to_row(&self, server: &McpServer) -> mcp_server::ActiveModel {
         let spec = &server.spec;
-        let (base_url, headers) = match spec.transport.remote() {
+        let (base_url, base_url_sealed, headers) = match spec.transport.remote() {
             Some(endpoint) => (
-                Some(endpoint.url.to_string()),
+                Some(endpoint.url.masked()),
+                seal_url(&self.cipher, &endpoint.url),
                 seal_map(&self.cipher, &endpoint.headers),
             ),
-            None => (None, None),
+            None => (None, None, None),
         };
         let stdio = spec.transport.stdio();
         mcp_server::ActiveModel {
@@ -136,6 +194,7 @@ impl ServerRepo {
             transport: Set(spec.transport.kind().as_str().to_owned()),
             is_active: Set(spec.is_active),
             base_url: Set(base_url),
+            base_url_sealed: Set(base_url_sealed),
             headers: Set(headers),
             timeout_secs: Set(spec.timeout_secs.map(|t| t as i32)),
             preset: Set(stdio.map(|s| s.preset.clone())),
@@ -173,9 +232,8 @@ impl ServerRepo {
                     .map_err(|e| corrupt("command", e))?,
             ),
             TransportKind::Sse | TransportKind::StreamableHttp => {
-                let raw = row.base_url.ok_or_else(|| corrupt("base_url", "missing"))?;
                 let endpoint = RemoteEndpoint {
-                    url: raw.parse().map_err(|e| corrupt("base_url", e))?,
+                    url: self.open_url(row.base_url.as_deref(), row.base_url_sealed.as_deref())?,
                     headers: open_map(&self.cipher, row.headers.as_deref())?,
                 };
                 if kind == TransportKind::Sse {
@@ -200,4 +258,10 @@ impl ServerRepo {
             updated_at: row.updated_at,
         })
     }
+}
+
+/// The whole URL, sealed, when it holds credentials; NULL otherwise (nothing to hide).
+fn seal_url(cipher: &Cipher, url: &SecretUrl) -> Option<String> {
+    url.has_secrets()
+        .then(|| cipher.seal(url.expose().as_str()))
 }

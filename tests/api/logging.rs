@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub const ADMIN_KEY: &str = "logging-test-admin-key-0123456789";
 
-async fn wait_for_line(
+pub async fn wait_for_line(
     lines: &Mutex<Vec<String>>,
     what: &str,
     wanted: impl Fn(&str) -> bool,
@@ -29,7 +29,7 @@ async fn wait_for_line(
 /// The binary, serving with JSON logs on a free port; its log lines are collected.
 pub struct Binary {
     pub child: tokio::process::Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    pub lines: Arc<Mutex<Vec<String>>>,
     pub base: String,
     /// `http://127.0.0.1:<gRPC port>` (empty with `grpc.enabled = false`).
     pub grpc: String,

@@ -30,5 +30,6 @@ mod servers;
 mod ssrf;
 mod tool_calls;
 mod upstreams;
+mod url_secrets;
 mod validation;
 mod xiaozhi;

@@ -46,11 +46,16 @@ pub struct HttpUpstream {
 impl HttpUpstream {
     /// `mcp-fixture http` on a free port (or the given one).
     pub async fn fixture(port: Option<u16>) -> Self {
-        let mut command = Command::new(fixture_binary());
-        command.arg("http");
-        if let Some(port) = port {
-            command.args(["--port", &port.to_string()]);
+        match port {
+            Some(port) => Self::fixture_with(&["--port", &port.to_string()]).await,
+            None => Self::fixture_with(&[]).await,
         }
+    }
+
+    /// `mcp-fixture http` with more arguments (e.g. `--require-query api_key=k`).
+    pub async fn fixture_with(args: &[&str]) -> Self {
+        let mut command = Command::new(fixture_binary());
+        command.arg("http").args(args);
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -9,8 +9,12 @@ pub struct Model {
     pub name: String,
     pub transport: String,
     pub is_active: bool,
+    /// With its credentials (user name, password, query values) masked.
     #[sea_orm(column_type = "Text", nullable)]
     pub base_url: Option<String>,
+    /// The whole URL, sealed; set when `base_url` has masked parts.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub base_url_sealed: Option<String>,
     /// Sealed JSON object.
     #[sea_orm(column_type = "Text", nullable)]
     pub headers: Option<String>,
