@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-use crate::helpers::{TestApp, spawn_app_with};
+use crate::helpers::{Reply, TestApp, spawn_app_with};
 use crate::upstreams::eventually;
 
 /// Answers in turn from `script` (the last answer repeats); `None` is "no such name".
@@ -88,6 +88,23 @@ async fn strict_app(name: &str, script: Vec<Option<IpAddr>>) -> TestApp {
 
 const PUBLIC: &str = "93.184.216.34";
 
+/// Creates user `u`'s streamable-HTTP server at `url` and asks to connect to it now.
+async fn create_and_connect(app: &TestApp, name: &str, url: impl AsRef<str>) -> Reply {
+    let id = app
+        .create_server_ok(
+            "u",
+            json!({"name": name, "type": "streamableHttp", "baseUrl": url.as_ref()}),
+        )
+        .await;
+    app.user(
+        "u",
+        Method::POST,
+        &format!("/api/mcp-servers/{id}/connect"),
+        None,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_name_that_rebinds_to_loopback_after_its_checks_is_never_dialled() {
     let Some((name, loopback)) = host_name_on_loopback().await else {
@@ -102,21 +119,7 @@ async fn a_name_that_rebinds_to_loopback_after_its_checks_is_never_dialled() {
         vec![None, Some(PUBLIC.parse().unwrap()), Some(loopback)],
     )
     .await;
-    let id = app
-        .create_server_ok(
-            "u",
-            json!({"name": "rebind", "type": "streamableHttp",
-                "baseUrl": format!("http://{name}:{port}/mcp")}),
-        )
-        .await;
-    let connect = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{id}/connect"),
-            None,
-        )
-        .await;
+    let connect = create_and_connect(&app, "rebind", format!("http://{name}:{port}/mcp")).await;
     assert!(
         connect.status.is_client_error() || connect.status.is_server_error(),
         "{}",
@@ -141,21 +144,7 @@ async fn a_name_resolving_to_metadata_when_used_is_refused_with_a_clear_error() 
         vec![None, Some("169.254.169.254".parse().unwrap())],
     )
     .await;
-    let id = app
-        .create_server_ok(
-            "u",
-            json!({"name": "late", "type": "streamableHttp",
-                "baseUrl": "http://late.example/latest/meta-data"}),
-        )
-        .await;
-    let connect = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{id}/connect"),
-            None,
-        )
-        .await;
+    let connect = create_and_connect(&app, "late", "http://late.example/latest/meta-data").await;
     assert_eq!(connect.status, StatusCode::FORBIDDEN, "{}", connect.text);
     assert_eq!(connect.code(), "URL_NOT_ALLOWED");
     assert!(connect.text.contains("metadata"), "{}", connect.text);
@@ -207,21 +196,7 @@ async fn an_upstream_error_body_is_not_relayed_to_the_caller() {
         }
     });
     let app = crate::helpers::spawn_pool_app().await;
-    let id = app
-        .create_server_ok(
-            "u",
-            json!({"name": "leaky", "type": "streamableHttp",
-                "baseUrl": format!("http://127.0.0.1:{port}/mcp")}),
-        )
-        .await;
-    let connect = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{id}/connect"),
-            None,
-        )
-        .await;
+    let connect = create_and_connect(&app, "leaky", format!("http://127.0.0.1:{port}/mcp")).await;
     assert_eq!(connect.status, StatusCode::BAD_GATEWAY, "{}", connect.text);
     assert!(
         !connect.text.contains("SECRET-FROM-THE-INSIDE"),
