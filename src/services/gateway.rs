@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::tool_calls::{ModelToolCall, limit_result, plan_calls};
+use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
 use super::{AssistantTools, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
@@ -217,13 +217,7 @@ impl GatewayService {
         let tool = &tools.listing.tools[index];
         let spec = &tool.server.server.spec;
         let arguments = Value::Object(arguments.unwrap_or_default());
-        let limited = |result: &CallToolResult| {
-            let content = limit_result(result, max_result_bytes);
-            let mut limited = result.clone();
-            limited.content = serde_json::from_value::<Vec<ContentBlock>>(content)
-                .unwrap_or_else(|_| vec![ContentBlock::text("(unreadable result)")]);
-            limited
-        };
+        let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
         if spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name) {
             let server_id = tool.server.server.id.to_string();
             let call = self.upstream.call_tool_reporting(
@@ -234,7 +228,7 @@ impl GatewayService {
                 live,
             );
             return tokio::select! {
-                report = call => Ok(limited(&report?.outcome.result)),
+                report = call => Ok(limited(report?.outcome.result)),
                 () = cancel.cancelled() => Err(Error::Conflict("the client cancelled the call".into())),
             };
         }
@@ -292,7 +286,7 @@ impl GatewayService {
         } else {
             CallToolResult::success(content)
         };
-        Ok(limited(&result))
+        Ok(limited(result))
     }
 
     /// The bound, active servers' ids and names.

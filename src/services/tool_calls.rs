@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -44,8 +44,40 @@ pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
     if size <= max_bytes {
         return content;
     }
-    let text: String = result
-        .content
+    truncated(&result.content, size, max_bytes)
+}
+
+/// [`limit_result`] for a result that goes on as a result (the gateway's answer): sized
+/// without building a JSON tree or a buffer, and passed through untouched when it fits.
+pub fn limit_result_in_place(mut result: CallToolResult, max_bytes: usize) -> CallToolResult {
+    let size = json_size(&result.content);
+    if size > max_bytes {
+        result.content = serde_json::from_value(truncated(&result.content, size, max_bytes))
+            .unwrap_or_else(|_| vec![ContentBlock::text("(unreadable result)")]);
+    }
+    result
+}
+
+/// Bytes of `value` as JSON, counted as it is written, nothing kept.
+fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// The text of `content` cut to fit `max_bytes` of JSON, with a marker saying so.
+fn truncated(content: &[ContentBlock], size: usize, max_bytes: usize) -> Value {
+    let text: String = content
         .iter()
         .filter_map(|block| serde_json::to_value(block).ok())
         .filter_map(|block| block.get("text").and_then(Value::as_str).map(str::to_owned))
@@ -280,5 +312,31 @@ impl ToolCallService {
             .get(user, message)
             .await?
             .ok_or_else(|| Error::NotFound(Resource::Message, message_id.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{CallToolResult, ContentBlock};
+
+    use super::{limit_result, limit_result_in_place};
+
+    #[test]
+    fn both_limits_agree_and_a_fitting_result_passes_untouched() {
+        let small = CallToolResult::success(vec![ContentBlock::text("short \"quoted\" é")]);
+        assert_eq!(
+            serde_json::to_value(&limit_result_in_place(small.clone(), 1000).content).unwrap(),
+            limit_result(&small, 1000)
+        );
+        assert_eq!(limit_result_in_place(small.clone(), 1000), small);
+        let big = CallToolResult::success(vec![ContentBlock::text("é\"x".repeat(400))]);
+        let cut = limit_result_in_place(big.clone(), 300);
+        let json = serde_json::to_value(&cut.content).unwrap();
+        assert_eq!(json, limit_result(&big, 300));
+        assert!(json.to_string().len() <= 300, "{json}");
+        assert!(
+            json.to_string().contains("[truncated: the result was"),
+            "{json}"
+        );
     }
 }
