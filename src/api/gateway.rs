@@ -62,15 +62,17 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
 }
 
 /// A DELETE naming a session this instance does not hold answers 404, as the MCP
-/// transport spec has servers answer unknown sessions (rmcp answers 202, and clients then
-/// log a failed termination).
+/// transport spec has servers answer unknown sessions, and a session ended by DELETE
+/// answers 204: rmcp answers 202 to both, which the Python SDK logs as a failed
+/// termination (it accepts 200 and 204).
 async fn unknown_session_delete(
     State(sessions): State<Arc<LocalSessionManager>>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     use rmcp::transport::streamable_http_server::SessionManager as _;
-    if request.method() == axum::http::Method::DELETE
+    let delete = request.method() == axum::http::Method::DELETE;
+    if delete
         && let Some(id) = request
             .headers()
             .get("mcp-session-id")
@@ -85,7 +87,11 @@ async fn unknown_session_delete(
             .into());
         }
     }
-    Ok(next.run(request).await)
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    Ok(response)
 }
 
 /// The assistant's servers as one streamable-HTTP MCP server (JSON-RPC 2.0, MCP

@@ -409,6 +409,11 @@ async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
         seen["other"].as_str().unwrap().contains("python says hi"),
         "{seen}"
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "the session ended cleanly: {stderr}"
+    );
 }
 
 /// A session ends with everything it started (the task relaying list changes to it), and
@@ -473,13 +478,13 @@ async fn a_sessions_tasks_end_with_it_and_unknown_sessions_answer_404() {
     };
 
     let warm = open().await;
-    assert_eq!(delete(warm).await.unwrap().status(), StatusCode::ACCEPTED);
+    assert_eq!(delete(warm).await.unwrap().status(), StatusCode::NO_CONTENT);
     let baseline = alive();
     let sessions = futures::future::join_all((0..30).map(|_| open())).await;
     assert!(alive() >= baseline + 30, "each session holds tasks");
     for session in &sessions {
         let deleted = delete(session.clone()).await.unwrap();
-        assert_eq!(deleted.status(), StatusCode::ACCEPTED);
+        assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     }
     crate::upstreams::eventually("the deleted sessions' tasks are gone", || async {
         alive() <= baseline + 3
