@@ -181,14 +181,18 @@ async fn a_xiaozhi_bridge_never_dials_an_endpoint_that_now_resolves_to_loopback(
 
 #[tokio::test]
 async fn an_upstream_error_body_is_not_relayed_to_the_caller() {
-    // An HTTP server that answers every request with 500 and a long body.
+    // An HTTP server that answers every request with a long JSON document (not a
+    // JSON-RPC error), like a metadata service would: rmcp keeps such a body as the
+    // error's text.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let body = format!("{}SECRET-FROM-THE-INSIDE", "padding ".repeat(40));
+    let body = json!({"AccessKey": "SECRET-FROM-THE-INSIDE", "Code": "Success",
+        "Padding": "p".repeat(300)})
+    .to_string();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             let answer = format!(
-                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n\
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
                  content-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
