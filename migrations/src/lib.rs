@@ -11,6 +11,7 @@ mod m20261123_000003_message_metadata;
 mod m20261123_000004_gateway;
 mod m20261123_000005_instances;
 mod m20261124_000006_sealed_base_url;
+mod m20261125_000007_tool_call_rows;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000004_gateway::Migration),
             Box::new(m20261123_000005_instances::Migration),
             Box::new(m20261124_000006_sealed_base_url::Migration),
+            Box::new(m20261125_000007_tool_call_rows::Migration),
         ]
     }
 }

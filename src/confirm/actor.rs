@@ -67,36 +67,56 @@ pub struct ActorState {
 pub struct ConfirmationActor;
 
 impl ActorState {
-    /// Writes the records; the caller announces only after this succeeded.
-    async fn persist(&mut self, conversation: Option<Uuid>) -> Result<()> {
+    /// Writes the records from `first` on, new to the message (the message too when it
+    /// does not exist yet); the caller announces only after this succeeded.
+    async fn persist_new(&mut self, conversation: Option<Uuid>, first: usize) -> Result<()> {
         let repo = self.deps.store.messages();
         let me = self.deps.cluster.me();
         if self.exists {
-            if !repo
-                .save_tool_calls(&self.user, self.message, &self.records, me)
-                .await?
-            {
-                self.fenced = true;
-                return Err(Error::HeldElsewhere);
-            }
-        } else {
-            let now = crate::domain::now();
-            repo.insert(&StoredMessage {
-                id: self.message,
-                user_id: self.user.clone(),
-                conversation_id: conversation,
-                role: "assistant".into(),
-                content: String::new(),
-                tool_calls: self.records.clone(),
-                metadata: None,
-                owner_instance: Some(me),
-                created_at: now,
-                updated_at: now,
-            })
-            .await?;
-            self.exists = true;
+            let added = repo
+                .add_tool_calls(&self.user, self.message, &self.records[first..], first, me)
+                .await?;
+            return self.fence_unless(added);
         }
+        let now = crate::domain::now();
+        repo.insert(&StoredMessage {
+            id: self.message,
+            user_id: self.user.clone(),
+            conversation_id: conversation,
+            role: "assistant".into(),
+            content: String::new(),
+            tool_calls: self.records.clone(),
+            metadata: None,
+            owner_instance: Some(me),
+            created_at: now,
+            updated_at: now,
+        })
+        .await?;
+        self.exists = true;
         Ok(())
+    }
+
+    /// Writes the records at `indices` (one row each, nothing else of the message); the
+    /// caller announces only after this succeeded.
+    async fn persist(&mut self, indices: &[usize]) -> Result<()> {
+        let me = self.deps.cluster.me();
+        let records: Vec<&ToolCallRecord> = indices.iter().map(|&i| &self.records[i]).collect();
+        let saved = self
+            .deps
+            .store
+            .messages()
+            .update_tool_calls(&self.user, self.message, &records, me)
+            .await?;
+        self.fence_unless(saved)
+    }
+
+    /// A write refused because another instance holds the message: this actor stops.
+    fn fence_unless(&mut self, written: bool) -> Result<()> {
+        if written {
+            return Ok(());
+        }
+        self.fenced = true;
+        Err(Error::HeldElsewhere)
     }
 
     fn announce(&self, record: &ToolCallRecord) {
@@ -143,7 +163,7 @@ impl ActorState {
             .abort_handle()
     }
 
-    /// Settles the records at `indices` alike in one write, then announces each; on a
+    /// Settles the records at `indices` alike in one statement, then announces each; on a
     /// failed write they are left as they were. A shutdown may settle thousands at once.
     async fn settle(
         &mut self,
@@ -167,7 +187,7 @@ impl ActorState {
             record.response = response;
             record.is_error = is_error;
         }
-        if let Err(e) = self.persist(None).await {
+        if let Err(e) = self.persist(indices).await {
             for (&index, record) in indices.iter().zip(previous) {
                 self.records[index] = record;
             }
@@ -276,7 +296,7 @@ impl Actor for ConfirmationActor {
                 }
                 let before = state.records.len();
                 state.records.extend(calls);
-                if let Err(e) = state.persist(conversation).await {
+                if let Err(e) = state.persist_new(conversation, before).await {
                     state.records.truncate(before);
                     let _ = reply.send(Err(e));
                     return Ok(());
@@ -315,7 +335,7 @@ impl Actor for ConfirmationActor {
                     // and the result cannot be handled before this message is done.
                     state.records[index].status = ToolCallStatus::Invoking;
                     let execution = state.start_execution(&myself, &state.records[index], &span);
-                    let persisted = state.persist(None).await;
+                    let persisted = state.persist(&[index]).await;
                     match &persisted {
                         Ok(()) => state.announce(&state.records[index]),
                         // Not approved after all: the answer says so, the record stays

@@ -138,8 +138,10 @@ impl SupervisorState {
             }
         }
         if !settled.is_empty() {
-            repo.save_tool_calls(&user, message, &stored.tool_calls, me)
-                .await?;
+            let records: Vec<_> = settled.iter().map(|&i| &stored.tool_calls[i]).collect();
+            if !repo.update_tool_calls(&user, message, &records, me).await? {
+                return Ok(0);
+            }
             for index in &settled {
                 announce(&self.deps, &user, message, &stored.tool_calls[*index]);
             }

@@ -1,7 +1,8 @@
 //! ToolCallRecord (seed 001): one tool call of an assistant message and its outcome.
 //!
-//! The record is the wire format seed 001 defines and is stored as-is in the message's
-//! `tool_calls` JSON, so this one type is both the stored and the served shape.
+//! The record is the wire format seed 001 defines: the API shows a message's records
+//! embedded in it, in order. The store keeps one `tool_calls` row per record (keyed by
+//! message and call id), so changing one record writes one row.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -9,4 +9,5 @@ pub mod instance;
 pub mod mcp_server;
 pub mod message;
 pub mod preset;
+pub mod tool_call;
 pub mod xiaozhi_bridge;

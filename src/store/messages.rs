@@ -1,15 +1,19 @@
-//! `messages` with their embedded ToolCallRecords, and the audit log of executed calls.
+//! `messages` with their ToolCallRecords (one `tool_calls` row each, ordered by
+//! `position`), and the audit log of executed calls.
+
+use std::collections::HashMap;
 
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, sea_query::Expr,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait, sea_query::Expr,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::entities::{audit_entry, message};
+use super::entities::{audit_entry, message, tool_call};
 use super::instances::ids;
-use super::{StoreError, corrupt, from_json};
+use super::{StoreError, corrupt};
 use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
 
 #[derive(Debug, Clone)]
@@ -49,18 +53,26 @@ fn open_count(calls: &[ToolCallRecord]) -> i32 {
     calls.iter().filter(|c| c.status.is_open()).count() as i32
 }
 
+/// Ids per `IN (...)` list, well under every backend's limit on bound parameters.
+const IN_CHUNK: usize = 500;
+/// Rows per multi-row `INSERT` (13 parameters each).
+const INSERT_CHUNK: usize = 32;
+
 impl MessageRepo {
     pub(super) fn new(db: DatabaseConnection) -> Self {
         Self { db }
     }
 
     pub async fn get(&self, user: &UserId, id: Uuid) -> Result<Option<StoredMessage>, StoreError> {
-        message::Entity::find_by_id(id)
+        let Some(row) = message::Entity::find_by_id(id)
             .filter(message::Column::UserId.eq(user.as_str()))
             .one(&self.db)
             .await?
-            .map(to_domain)
-            .transpose()
+        else {
+            return Ok(None);
+        };
+        let mut messages = self.with_records(vec![row]).await?;
+        Ok(messages.pop())
     }
 
     /// Whether the id is taken by anyone (another user's message must not be overwritten).
@@ -71,52 +83,150 @@ impl MessageRepo {
             .is_some())
     }
 
+    /// A new message with its records (positions follow their order).
     pub async fn insert(&self, message: &StoredMessage) -> Result<(), StoreError> {
-        message::Entity::insert(message::ActiveModel {
+        let row = message::ActiveModel {
             id: Set(message.id),
             conversation_id: Set(message.conversation_id),
             user_id: Set(message.user_id.as_str().to_owned()),
             role: Set(message.role.clone()),
             content: Set(message.content.clone()),
-            tool_calls: Set(serde_json::json!(message.tool_calls)),
             open_calls: Set(open_count(&message.tool_calls)),
             metadata: Set(message.metadata.clone()),
             owner_instance: Set(message.owner_instance.map(|i| i.0)),
             created_at: Set(message.created_at),
             updated_at: Set(message.updated_at),
-        })
-        .exec_without_returning(&self.db)
-        .await?;
+        };
+        if message.tool_calls.is_empty() {
+            message::Entity::insert(row)
+                .exec_without_returning(&self.db)
+                .await?;
+            return Ok(());
+        }
+        let txn = self.db.begin().await?;
+        message::Entity::insert(row)
+            .exec_without_returning(&txn)
+            .await?;
+        insert_records(&txn, message.id, &message.tool_calls, 0, message.updated_at).await?;
+        txn.commit().await?;
         Ok(())
     }
 
-    /// Writes the records if `owner` still holds the message; `false` when another
-    /// instance took it over (this instance was presumed dead): its copy is stale.
-    pub async fn save_tool_calls(
+    /// Adds records to the message, after the `first_position` it already has, if `owner`
+    /// still holds it; `false` when another instance took it over (this one was presumed
+    /// dead): its copy is stale.
+    pub async fn add_tool_calls(
         &self,
         user: &UserId,
         id: Uuid,
         calls: &[ToolCallRecord],
+        first_position: usize,
         owner: InstanceId,
     ) -> Result<bool, StoreError> {
-        let updated = message::Entity::update_many()
-            .set(message::ActiveModel {
-                tool_calls: Set(serde_json::json!(calls)),
-                open_calls: Set(open_count(calls)),
-                owner_instance: Set(Some(owner.0)),
-                updated_at: Set(crate::domain::now()),
+        let Some(txn) = self.write_as_owner(user, id, owner).await? else {
+            return Ok(false);
+        };
+        insert_records(&txn, id, calls, first_position, crate::domain::now()).await?;
+        if calls.iter().any(|c| c.status.is_open()) {
+            recount_open(&txn, id).await?;
+        }
+        txn.commit().await?;
+        Ok(true)
+    }
+
+    /// Writes these records' status and outcome (one row each; records settled alike
+    /// share one statement) if `owner` still holds the message; `false` when another
+    /// instance took it over. Nothing else of the message is written, except its count of
+    /// open calls when a record settled.
+    pub async fn update_tool_calls(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        calls: &[&ToolCallRecord],
+        owner: InstanceId,
+    ) -> Result<bool, StoreError> {
+        let Some(txn) = self.write_as_owner(user, id, owner).await? else {
+            return Ok(false);
+        };
+        let now = crate::domain::now();
+        // Records with the same outcome (a shutdown cancels thousands alike).
+        let mut groups: Vec<(&ToolCallRecord, Vec<&str>)> = Vec::new();
+        for call in calls {
+            match groups.iter_mut().find(|(first, _)| {
+                first.status == call.status
+                    && first.is_error == call.is_error
+                    && first.response == call.response
+            }) {
+                Some((_, ids)) => ids.push(&call.id),
+                None => groups.push((call, vec![&call.id])),
+            }
+        }
+        for (outcome, call_ids) in groups {
+            for chunk in call_ids.chunks(IN_CHUNK) {
+                tool_call::Entity::update_many()
+                    .set(tool_call::ActiveModel {
+                        status: Set(outcome.status.as_str().to_owned()),
+                        response: Set(outcome.response.clone()),
+                        is_error: Set(outcome.is_error),
+                        updated_at: Set(now),
+                        ..Default::default()
+                    })
+                    .filter(tool_call::Column::MessageId.eq(id))
+                    .filter(tool_call::Column::Id.is_in(chunk.iter().copied()))
+                    .exec(&txn)
+                    .await?;
+            }
+        }
+        if calls.iter().any(|c| !c.status.is_open()) {
+            recount_open(&txn, id).await?;
+        }
+        txn.commit().await?;
+        Ok(true)
+    }
+
+    /// A transaction in which `owner` is the message's writer, or `None` when another
+    /// instance holds it. The message row stays locked until the end of the transaction
+    /// (PostgreSQL: `FOR UPDATE`; SQLite: the write lock taken by `BEGIN IMMEDIATE`), so
+    /// a claim either commits before (and this write is refused) or waits for it (and
+    /// sees the open calls it leaves).
+    async fn write_as_owner(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        owner: InstanceId,
+    ) -> Result<Option<DatabaseTransaction>, StoreError> {
+        let txn = self
+            .db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
                 ..Default::default()
             })
-            .filter(message::Column::Id.eq(id))
+            .await?;
+        let held: Option<Option<Uuid>> = message::Entity::find_by_id(id)
+            .select_only()
+            .column(message::Column::OwnerInstance)
             .filter(message::Column::UserId.eq(user.as_str()))
             .filter(
                 Condition::any()
                     .add(message::Column::OwnerInstance.is_null())
                     .add(message::Column::OwnerInstance.eq(owner.0)),
             )
-            .exec(&self.db)
+            .lock_exclusive()
+            .into_tuple()
+            .one(&txn)
             .await?;
-        Ok(updated.rows_affected > 0)
+        match held {
+            None => Ok(None),
+            Some(Some(_)) => Ok(Some(txn)),
+            Some(None) => {
+                message::Entity::update_many()
+                    .col_expr(message::Column::OwnerInstance, Expr::value(owner.0))
+                    .filter(message::Column::Id.eq(id))
+                    .exec(&txn)
+                    .await?;
+                Ok(Some(txn))
+            }
+        }
     }
 
     /// Makes `me` the writer of the message's calls if nobody else holds open calls of
@@ -184,12 +294,12 @@ impl MessageRepo {
             .all(&self.db)
             .await?;
         rows.reverse();
-        rows.into_iter().map(to_domain).collect()
+        self.with_records(rows).await
     }
 
     /// Messages with open calls no live instance holds (their owner stopped or died).
     pub async fn orphaned(&self, live: &[InstanceId]) -> Result<Vec<StoredMessage>, StoreError> {
-        message::Entity::find()
+        let rows = message::Entity::find()
             .filter(message::Column::OpenCalls.gt(0))
             .filter(
                 Condition::any()
@@ -197,9 +307,33 @@ impl MessageRepo {
                     .add(message::Column::OwnerInstance.is_not_in(ids(live))),
             )
             .all(&self.db)
-            .await?
-            .into_iter()
-            .map(to_domain)
+            .await?;
+        self.with_records(rows).await
+    }
+
+    /// The messages with their records, in the given order.
+    async fn with_records(
+        &self,
+        rows: Vec<message::Model>,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut records: HashMap<Uuid, Vec<tool_call::Model>> = HashMap::new();
+        let ids: Vec<Uuid> = rows.iter().map(|m| m.id).collect();
+        for chunk in ids.chunks(IN_CHUNK) {
+            let calls = tool_call::Entity::find()
+                .filter(tool_call::Column::MessageId.is_in(chunk.iter().copied()))
+                .order_by_asc(tool_call::Column::MessageId)
+                .order_by_asc(tool_call::Column::Position)
+                .all(&self.db)
+                .await?;
+            for call in calls {
+                records.entry(call.message_id).or_default().push(call);
+            }
+        }
+        rows.into_iter()
+            .map(|row| {
+                let calls = records.remove(&row.id).unwrap_or_default();
+                to_domain(row, calls)
+            })
             .collect()
     }
 
@@ -225,17 +359,94 @@ impl MessageRepo {
     }
 }
 
-fn to_domain(row: message::Model) -> Result<StoredMessage, StoreError> {
+/// Inserts records at positions from `first_position` on.
+async fn insert_records(
+    txn: &DatabaseTransaction,
+    message: Uuid,
+    calls: &[ToolCallRecord],
+    first_position: usize,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    for (offset, chunk) in calls.chunks(INSERT_CHUNK).enumerate() {
+        let base = first_position + offset * INSERT_CHUNK;
+        let rows = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, call)| tool_call::ActiveModel {
+                message_id: Set(message),
+                id: Set(call.id.clone()),
+                position: Set((base + i) as i32),
+                server_id: Set(call.server_id),
+                server_name: Set(call.server_name.clone()),
+                tool_name: Set(call.tool_name.clone()),
+                display_name: Set(call.display_name.clone()),
+                arguments: Set(call.arguments.clone()),
+                status: Set(call.status.as_str().to_owned()),
+                response: Set(call.response.clone()),
+                is_error: Set(call.is_error),
+                created_at: Set(now),
+                updated_at: Set(now),
+            });
+        tool_call::Entity::insert_many(rows)
+            .exec_without_returning(txn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Brings `messages.open_calls` in line with the message's rows (under the writer's lock).
+async fn recount_open(txn: &DatabaseTransaction, message: Uuid) -> Result<(), StoreError> {
+    let open = tool_call::Entity::find()
+        .filter(tool_call::Column::MessageId.eq(message))
+        .filter(tool_call::Column::Status.is_in([
+            ToolCallStatus::Pending.as_str(),
+            ToolCallStatus::Invoking.as_str(),
+        ]))
+        .count(txn)
+        .await?;
+    message::Entity::update_many()
+        .col_expr(message::Column::OpenCalls, Expr::value(open as i32))
+        .filter(message::Column::Id.eq(message))
+        .exec(txn)
+        .await?;
+    Ok(())
+}
+
+fn record(row: tool_call::Model) -> Result<ToolCallRecord, StoreError> {
+    let status = serde_json::from_value(Value::String(row.status))
+        .map_err(|e| corrupt("tool_calls.status", e))?;
+    Ok(ToolCallRecord {
+        id: row.id,
+        server_id: row.server_id,
+        server_name: row.server_name,
+        tool_name: row.tool_name,
+        display_name: row.display_name,
+        arguments: row.arguments,
+        status,
+        response: row.response,
+        is_error: row.is_error,
+    })
+}
+
+/// A message's `updated_at` is the latest change to it or to any of its records.
+fn to_domain(
+    row: message::Model,
+    calls: Vec<tool_call::Model>,
+) -> Result<StoredMessage, StoreError> {
+    let updated_at = calls
+        .iter()
+        .map(|c| c.updated_at)
+        .fold(row.updated_at, std::cmp::max);
     Ok(StoredMessage {
         id: row.id,
         user_id: UserId::parse(&row.user_id).map_err(|e| corrupt("user_id", e))?,
         conversation_id: row.conversation_id,
         role: row.role,
         content: row.content,
-        tool_calls: from_json("tool_calls", row.tool_calls)?,
+        tool_calls: calls.into_iter().map(record).collect::<Result<_, _>>()?,
         metadata: row.metadata,
         owner_instance: row.owner_instance.map(InstanceId),
         created_at: row.created_at,
-        updated_at: row.updated_at,
+        updated_at,
     })
 }

@@ -47,7 +47,9 @@ impl Reply {
     }
 }
 
-async fn fresh_database_url() -> String {
+/// A new empty database on `DATABASE_URL`'s server, or `DATABASE_URL` itself when it is
+/// not PostgreSQL (empty when unset: SQLite in the data directory).
+pub async fn fresh_database_url() -> String {
     let Ok(base) = std::env::var("DATABASE_URL") else {
         return String::new();
     };
@@ -316,6 +318,13 @@ impl TestApp {
             .collect();
         db.close().await.ok();
         values
+    }
+
+    /// A connection of its own to the service's database, for reading rows directly.
+    pub async fn raw_db(&self) -> sea_orm::DatabaseConnection {
+        Database::connect(mcp_pool::store::database_url(&self.settings))
+            .await
+            .expect("connect")
     }
 
     /// Runs one statement straight on the database (what another process might do).

@@ -28,6 +28,7 @@ mod rate_limits;
 mod secrets;
 mod servers;
 mod ssrf;
+mod tool_call_rows;
 mod tool_calls;
 mod upstreams;
 mod url_secrets;

@@ -10,10 +10,8 @@ pub struct Model {
     pub role: String,
     #[sea_orm(column_type = "Text")]
     pub content: String,
-    /// ToolCallRecord[] (seed 001), embedded in the assistant message.
-    #[sea_orm(column_type = "JsonBinary")]
-    pub tool_calls: Json,
-    /// Tool calls still pending or invoking.
+    /// The message's tool calls (in `tool_calls`) still pending or invoking; kept by
+    /// their writer in the same transaction as the rows.
     pub open_calls: i32,
     /// The instance whose confirmation actor writes the open calls (`instances.id`).
     pub owner_instance: Option<Uuid>,
