@@ -278,7 +278,10 @@ async fn url_credentials_never_reach_the_logs() {
         .json()
         .await
         .unwrap();
-        let id = created["id"].as_str().expect("server id").to_owned();
+        let id = created["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no server id in {created}"))
+            .to_owned();
         let connected = send(
             Method::POST,
             format!("/api/mcp-servers/{id}/connect"),
