@@ -492,8 +492,13 @@ async fn a_call_still_running_when_the_grace_ends_is_answered_503() {
     let app = spawn_pool_app_with(|s| s.server.shutdown_grace_secs = 1).await;
     let server = app.stdio_fixture_ok("u").await;
     let pid = app.fixture_pid("u", &server).await;
+    let last_active = || async { app.connections().await[0]["lastActiveAt"].clone() };
+    let idle_since = last_active().await;
     let in_flight = spawn_slow_call(&app, "u", &server, 30_000);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    eventually("the slow call has taken its connection", || async {
+        last_active().await != idle_since
+    })
+    .await;
     app.begin_shutdown();
     let response = in_flight.await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
