@@ -672,3 +672,44 @@ async fn default_endpoints_a_preregistered_client_and_expiry() {
     assert_eq!(stats["grants_without_resource"], 1, "{stats}");
     assert_eq!(stats["prm_fetches"], 0, "{stats}");
 }
+
+/// The reference Python SDK's OAuth client (tests/clients/oauth_client.py) against the
+/// fixture from nothing: discovery, DCR, PKCE authorization, the MCP calls, and a step-up to
+/// the write scope on the 403.
+#[tokio::test]
+async fn the_python_sdk_oauth_client_authorizes_and_steps_up() {
+    let fixture = HttpUpstream::fixture_with(&["--oauth"]).await;
+    let base = fixture.base.as_str();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/oauth_client.py");
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::process::Command::new(crate::gateway::python_sdk())
+            .arg(script)
+            .arg(format!("{base}/mcp"))
+            .output(),
+    )
+    .await
+    .expect("the Python client finishes within 60 s")
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["echo"], "from python", "{seen}");
+    assert_eq!(seen["admin"], "admin", "{seen}");
+    assert_eq!(seen["final_scope"], "read write", "{seen}");
+    assert_eq!(seen["redirects"], json!([302, 302]), "{seen}");
+    assert_eq!(seen["iss"], json!([base, base]), "{seen}");
+    let stats = stats(base).await;
+    assert_eq!(
+        stats["registrations"], 1,
+        "one registration, reused for the step-up: {stats}"
+    );
+    assert_eq!(stats["token_grants"], 2, "{stats}");
+    assert_eq!(stats["forbidden"], 1, "{stats}");
+    assert_eq!(stats["grants_without_resource"], 0, "{stats}");
+    assert_eq!(stats["last_authorize"]["scope"], "read write", "{stats}");
+}
