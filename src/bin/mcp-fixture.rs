@@ -6,6 +6,28 @@
 //! With `--require-basic USER:PASS` and/or `--require-query NAME=VALUE`, `/mcp` answers 401
 //! to a request without those credentials (as servers that take their key in the URL do).
 //!
+//! With `--oauth`, `/mcp` is an OAuth 2.1 protected resource and the same origin runs a
+//! small authorization server for it (metadata, DCR, CIMD, automatic consent, refresh
+//! rotation, revocation; counters at `GET /oauth-fixture/stats`); see `mcp-fixture/oauth.rs`.
+//! Its options (each needs `--oauth`):
+//! - `--oauth-scopes "read write"`: `scopes_supported`; a tool call needs the first, the
+//!   write tool the second as well (403 `insufficient_scope` without). `""`: no scopes.
+//! - `--oauth-write-tool NAME`: the tool that needs the second scope (default `admin_tool`,
+//!   a tool listed only in this mode).
+//! - `--oauth-metadata path|root|none`: Protected Resource Metadata at
+//!   `/.well-known/oauth-protected-resource/mcp`, at `/.well-known/oauth-protected-resource`,
+//!   or not at all (a 2025-03-26 server).
+//! - `--no-header-metadata`: the 401's `WWW-Authenticate` carries no `resource_metadata`.
+//! - `--as-metadata oauth|oidc|none`: `/.well-known/oauth-authorization-server`,
+//!   `/.well-known/openid-configuration`, or neither (default endpoints `/authorize`,
+//!   `/token`, `/register`).
+//! - `--token-auth client_secret_basic|client_secret_post|none`: the client authentication
+//!   the AS advertises and requires (default `client_secret_basic`).
+//! - `--cimd`: `client_id_metadata_document_supported`; an `http(s)` client id is fetched.
+//! - `--preregistered CLIENT_ID:SECRET`: a client known without registration.
+//! - `--access-ttl SECS`: access token lifetime (default 3600).
+//! - `--no-dcr`: no `/register` and no `registration_endpoint`.
+//!
 //! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
 //! `extra` and sends tools/list_changed), `progress` (progress notifications), `env` (reads
@@ -31,6 +53,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
+#[path = "mcp-fixture/oauth.rs"]
+mod oauth;
+
 /// Requests this process saw cancelled (`notifications/cancelled`), readable as the
 /// resource `fixture://cancellations`.
 static CANCELLATIONS: AtomicU64 = AtomicU64::new(0);
@@ -39,6 +64,8 @@ static CANCELLATIONS: AtomicU64 = AtomicU64::new(0);
 struct Fixture {
     /// Set by `notify`: the tool list then includes `extra`.
     extra_tool: Arc<AtomicBool>,
+    /// `--oauth`: lists `admin_tool`, the default tool that needs the write scope.
+    admin_tool: bool,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -132,6 +159,13 @@ impl Fixture {
                 schema(json!({"type": "object"})),
             ),
         ];
+        if self.admin_tool {
+            tools.push(Tool::new(
+                "admin_tool",
+                "Needs the write scope in the OAuth mode",
+                schema(json!({"type": "object"})),
+            ));
+        }
         if self.extra_tool.load(Ordering::SeqCst) {
             tools.push(Tool::new(
                 "extra",
@@ -250,6 +284,7 @@ impl ServerHandler for Fixture {
                 ))
             }
             "pid" => Ok(text(std::process::id().to_string())),
+            "admin_tool" if self.admin_tool => Ok(text("admin")),
             "extra" if self.extra_tool.load(Ordering::SeqCst) => Ok(text("extra")),
             other => Err(McpError::invalid_params(
                 format!("unknown tool {other}"),
@@ -412,14 +447,26 @@ async fn require_credentials(
     }
 }
 
-async fn serve_http(port: u16, required: Required) -> std::io::Result<()> {
+async fn serve_http(
+    port: u16,
+    required: Required,
+    oauth: Option<oauth::OAuthConfig>,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let admin_tool = oauth.is_some();
     let mcp = StreamableHttpService::new(
-        || Ok(Fixture::default()),
+        move || {
+            Ok(Fixture {
+                admin_tool,
+                ..Fixture::default()
+            })
+        },
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().disable_allowed_hosts(),
     );
     let sessions: Sessions = Arc::default();
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .route("/sse", get(sse_connect))
         .route("/message", post(sse_message))
         .with_state(sessions)
@@ -428,8 +475,16 @@ async fn serve_http(port: u16, required: Required) -> std::io::Result<()> {
             Arc::new(required),
             require_credentials,
         ));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("listening on http://{}", listener.local_addr()?);
+    if let Some(config) = oauth {
+        let oauth = oauth::OAuth::new(config, origin.clone());
+        app = app
+            .layer(axum::middleware::from_fn_with_state(
+                oauth.clone(),
+                oauth::guard,
+            ))
+            .merge(oauth::routes(oauth));
+    }
+    println!("listening on {origin}");
     use std::io::Write;
     std::io::stdout().flush()?;
     // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
@@ -451,25 +506,50 @@ async fn main() -> std::process::ExitCode {
         Some("http") => {
             let mut port = 0;
             let mut required = Required::default();
-            for pair in args[1..].chunks(2) {
-                match (pair[0].as_str(), pair.get(1)) {
-                    ("--port", Some(value)) => port = value.parse().unwrap_or(0),
-                    ("--require-basic", Some(value)) => required.basic = Some(value.clone()),
-                    ("--require-query", Some(value)) => {
-                        let (name, value) = value.split_once('=').unwrap_or((value, ""));
-                        required.query = Some((name.to_owned(), value.to_owned()));
+            let mut oauth_on = false;
+            let mut oauth_config = oauth::OAuthConfig::default();
+            let mut oauth_options = false;
+            let mut rest = args[1..].iter().cloned();
+            while let Some(flag) = rest.next() {
+                let mut next = || rest.next();
+                let understood = match flag.as_str() {
+                    "--port" => next().map(|v| port = v.parse().unwrap_or(0)).is_some(),
+                    "--require-basic" => next().map(|v| required.basic = Some(v)).is_some(),
+                    "--require-query" => next()
+                        .map(|v| {
+                            let (name, value) = v.split_once('=').unwrap_or((&v, ""));
+                            required.query = Some((name.to_owned(), value.to_owned()));
+                        })
+                        .is_some(),
+                    "--oauth" => {
+                        oauth_on = true;
+                        true
                     }
-                    _ => {
-                        eprintln!("mcp-fixture: unexpected argument {}", pair[0]);
-                        return std::process::ExitCode::from(2);
-                    }
+                    _ => match oauth_config.parse_flag(&flag, &mut next) {
+                        Ok(known) => {
+                            oauth_options |= known;
+                            known
+                        }
+                        Err(e) => {
+                            eprintln!("mcp-fixture: {e}");
+                            return std::process::ExitCode::from(2);
+                        }
+                    },
+                };
+                if !understood {
+                    eprintln!("mcp-fixture: unexpected argument {flag}");
+                    return std::process::ExitCode::from(2);
                 }
             }
-            serve_http(port, required).await
+            if oauth_options && !oauth_on {
+                eprintln!("mcp-fixture: the OAuth options need --oauth");
+                return std::process::ExitCode::from(2);
+            }
+            serve_http(port, required, oauth_on.then_some(oauth_config)).await
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE]"
+                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

@@ -360,7 +360,7 @@ async fn the_gateway_refuses_requests_without_the_assistants_token() {
 }
 
 /// The reference Python SDK's interpreter, installed by .ci/run into tests/clients/.venv.
-fn python_sdk() -> std::path::PathBuf {
+pub(crate) fn python_sdk() -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
     let python = root.join(".venv/bin/python");
     assert!(

@@ -18,6 +18,7 @@ mod llm_script;
 mod logging;
 mod metrics;
 mod nginx;
+mod oauth_fixture;
 mod openapi;
 mod persistence;
 mod pool_faults;
