@@ -466,7 +466,7 @@ fn parse_line(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     }
 }
 
-/// Writes to the guard from tests.
+/// Whether the guard lists a group (for tests).
 #[cfg(test)]
 pub(crate) fn guard_lists(pgid: i32) -> bool {
     guard().live().contains(&pgid)
