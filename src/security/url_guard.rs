@@ -156,7 +156,7 @@ impl std::fmt::Debug for LookupOverride {
 }
 
 /// A dial refused by the policy: the address a name resolved to, or a literal, is one the
-/// service does not reach. Kept as a type so callers find it in an error's source chain.
+/// service does not reach.
 #[derive(Debug, thiserror::Error)]
 #[error("'{host}' resolves to {what}, which this service does not allow")]
 pub struct AddressRefused {
@@ -367,20 +367,6 @@ impl reqwest::dns::Resolve for GuardedResolver {
             )
         })
     }
-}
-
-/// The refusal somewhere in an error's chain of sources, when a dial was refused.
-pub fn find_refusal<'a>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a AddressRefused> {
-    let mut current = Some(error);
-    while let Some(error) = current {
-        if let Some(refused) = error.downcast_ref::<AddressRefused>() {
-            return Some(refused);
-        }
-        current = error.source();
-    }
-    None
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ pub struct ToolCallService {
 /// Keeps a tool result within `max_bytes` of JSON, cutting text cleanly and saying so.
 pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Array(Vec::new()));
-    let size = content.to_string().len();
+    let size = json_size(&content);
     if size <= max_bytes {
         return content;
     }
@@ -93,11 +93,11 @@ fn truncated(content: &[ContentBlock], size: usize, max_bytes: usize) -> Value {
             cut -= 1;
         }
         let limited = shaped(cut);
-        if cut == 0 || limited.to_string().len() <= max_bytes {
+        let size = json_size(&limited);
+        if cut == 0 || size <= max_bytes {
             return limited;
         }
-        let excess = limited.to_string().len() - max_bytes;
-        cut = cut.saturating_sub(excess.max(1));
+        cut = cut.saturating_sub((size - max_bytes).max(1));
     }
 }
 
