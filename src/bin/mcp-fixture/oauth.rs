@@ -64,12 +64,34 @@ pub enum PrmPlace {
     None,
 }
 
+impl PrmPlace {
+    /// Where the protected resource metadata is served, if anywhere.
+    fn path(self) -> Option<&'static str> {
+        match self {
+            PrmPlace::Path => Some("/.well-known/oauth-protected-resource/mcp"),
+            PrmPlace::Root => Some("/.well-known/oauth-protected-resource"),
+            PrmPlace::None => None,
+        }
+    }
+}
+
 /// Which authorization server metadata document is served.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AsMetadata {
     OAuth,
     Oidc,
     None,
+}
+
+impl AsMetadata {
+    /// Where the authorization server metadata is served, if anywhere.
+    fn path(self) -> Option<&'static str> {
+        match self {
+            AsMetadata::OAuth => Some("/.well-known/oauth-authorization-server"),
+            AsMetadata::Oidc => Some("/.well-known/openid-configuration"),
+            AsMetadata::None => None,
+        }
+    }
 }
 
 /// The flags of the OAuth mode.
@@ -329,17 +351,8 @@ impl OAuth {
     }
 
     fn prm_url(&self) -> Option<String> {
-        match self.config.metadata {
-            PrmPlace::Path => Some(format!(
-                "{}/.well-known/oauth-protected-resource/mcp",
-                self.origin
-            )),
-            PrmPlace::Root => Some(format!(
-                "{}/.well-known/oauth-protected-resource",
-                self.origin
-            )),
-            PrmPlace::None => None,
-        }
+        let path = self.config.metadata.path()?;
+        Some(format!("{}{path}", self.origin))
     }
 
     fn as_metadata(&self) -> Value {
@@ -1120,35 +1133,11 @@ pub fn routes(oauth: Shared) -> axum::Router {
         .route("/token", post(token))
         .route("/revoke", post(revoke))
         .route("/oauth-fixture/stats", get(stats));
-    match oauth.config.metadata {
-        PrmPlace::Path => {
-            router = router.route(
-                "/.well-known/oauth-protected-resource/mcp",
-                get(protected_resource_metadata),
-            );
-        }
-        PrmPlace::Root => {
-            router = router.route(
-                "/.well-known/oauth-protected-resource",
-                get(protected_resource_metadata),
-            );
-        }
-        PrmPlace::None => {}
+    if let Some(path) = oauth.config.metadata.path() {
+        router = router.route(path, get(protected_resource_metadata));
     }
-    match oauth.config.as_metadata {
-        AsMetadata::OAuth => {
-            router = router.route(
-                "/.well-known/oauth-authorization-server",
-                get(authorization_server_metadata),
-            );
-        }
-        AsMetadata::Oidc => {
-            router = router.route(
-                "/.well-known/openid-configuration",
-                get(authorization_server_metadata),
-            );
-        }
-        AsMetadata::None => {}
+    if let Some(path) = oauth.config.as_metadata.path() {
+        router = router.route(path, get(authorization_server_metadata));
     }
     if oauth.config.dcr {
         router = router.route("/register", post(register));
