@@ -122,6 +122,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             max_message_bytes: 16 << 20,
             url_policy: policy.clone(),
             http: http_client(Duration::from_secs(5), policy),
+            auth: None,
         },
         call_timeout: Duration::from_secs(5),
     })

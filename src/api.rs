@@ -7,6 +7,7 @@ mod assistants;
 mod auth;
 mod chat;
 mod connections;
+mod elicitations;
 mod error;
 mod events;
 mod extract;
@@ -15,6 +16,7 @@ mod health;
 mod keys;
 mod messages;
 mod metrics;
+mod oauth;
 mod openapi;
 mod presets;
 mod servers;
@@ -141,4 +143,6 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(events::routes())
         .merge(chat::routes())
         .merge(gateway::routes())
+        .merge(oauth::routes())
+        .merge(elicitations::routes())
 }

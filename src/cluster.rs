@@ -74,6 +74,13 @@ pub enum Note {
     BindingsChanged,
     /// A bridge was saved or deleted on the sender, which now runs it (or nobody does).
     BridgeChanged { user: String, assistant: String },
+    /// An event for a user's event streams on every instance (e.g. an OAuth callback
+    /// completed here while the user's stream is elsewhere).
+    UserEvent {
+        user: String,
+        name: String,
+        data: serde_json::Value,
+    },
 }
 
 /// Why a forwarded confirmation failed, as the owning instance saw it.

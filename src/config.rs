@@ -42,6 +42,37 @@ pub struct Settings {
     pub global_servers: GlobalServersSettings,
     pub cluster: ClusterSettings,
     pub grpc: GrpcSettings,
+    pub oauth: OAuthSettings,
+    pub elicitation: ElicitationSettings,
+}
+
+/// Questions servers ask the users of REST, chat and gRPC calls (see
+/// `services::elicitations`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElicitationSettings {
+    /// A question not answered within this many seconds is withdrawn (`cancel`).
+    pub timeout_secs: u64,
+}
+
+/// Per-user OAuth to remote MCP servers (see `oauth`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// The externally reachable base URL of this service; the redirect URI and the client
+    /// metadata document URL derive from it. Empty: `http://<server.host>:<bound port>`.
+    pub public_url: String,
+    /// Where the callback sends the browser afterwards (with `serverId` and `status`).
+    /// Empty: a small page saying the window can be closed.
+    pub return_url: String,
+    /// The name this service registers as (dynamic registration, client metadata).
+    pub client_name: String,
+    /// How long an authorization URL can be completed.
+    pub state_ttl_secs: u64,
+    /// Authorizations in progress per user.
+    pub max_pending_per_user: u64,
+    /// Step-up authorizations (403 `insufficient_scope`) in a row before giving up.
+    pub max_step_ups: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,6 +87,10 @@ pub struct GlobalServersSettings {
 #[serde(deny_unknown_fields)]
 pub struct GatewaySettings {
     pub separator: String,
+    /// `always`, `on_collision` or `never` (see `domain::tool_name::PrefixMode`).
+    pub prefix: String,
+    /// A gateway session unused this long is ended, with everything it started.
+    pub session_idle_secs: u64,
     pub allowed_hosts: Vec<String>,
     pub max_tokens_per_assistant: u64,
 }
@@ -287,7 +322,14 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 20] = [
+        let positive: [(&'static str, u64); 24] = [
+            ("gateway.session_idle_secs", self.gateway.session_idle_secs),
+            ("elicitation.timeout_secs", self.elicitation.timeout_secs),
+            ("oauth.state_ttl_secs", self.oauth.state_ttl_secs),
+            (
+                "oauth.max_pending_per_user",
+                self.oauth.max_pending_per_user,
+            ),
             ("cluster.heartbeat_secs", self.cluster.heartbeat_secs),
             (
                 "cluster.forward_timeout_secs",
@@ -383,6 +425,12 @@ impl Settings {
             return Err(ConfigError::Invalid {
                 key: "gateway.separator",
                 reason: "must be 1 to 3 of the characters . _ - / :".into(),
+            });
+        }
+        if crate::domain::tool_name::PrefixMode::parse(&self.gateway.prefix).is_none() {
+            return Err(ConfigError::Invalid {
+                key: "gateway.prefix",
+                reason: "must be always, on_collision or never".into(),
             });
         }
         if !self.log.otlp_endpoint.is_empty() {

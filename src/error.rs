@@ -25,6 +25,8 @@ pub enum Resource {
     Prompt,
     XiaozhiBridge,
     GatewaySession,
+    /// A server's question parked for its user.
+    Elicitation,
 }
 
 impl Resource {
@@ -43,6 +45,7 @@ impl Resource {
             Resource::Prompt => "PROMPT_NOT_FOUND",
             Resource::XiaozhiBridge => "XIAOZHI_BRIDGE_NOT_FOUND",
             Resource::GatewaySession => "GATEWAY_SESSION_NOT_FOUND",
+            Resource::Elicitation => "ELICITATION_NOT_FOUND",
         }
     }
 
@@ -61,6 +64,7 @@ impl Resource {
             Resource::Prompt => "prompt",
             Resource::XiaozhiBridge => "Xiaozhi bridge",
             Resource::GatewaySession => "gateway session",
+            Resource::Elicitation => "elicitation",
         }
     }
 }
@@ -110,6 +114,16 @@ pub enum Error {
         "this message's tool calls are held by another instance of the service, which did not answer; try again"
     )]
     HeldElsewhere,
+    /// The server needs the user's (further) OAuth authorization; the owner gets the URL.
+    #[error("{}", auth_required_message(*insufficient_scope, authorization_url.as_deref()))]
+    AuthRequired {
+        server_id: uuid::Uuid,
+        authorization_url: Option<String>,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+        insufficient_scope: bool,
+    },
+    #[error(transparent)]
+    OAuth(#[from] crate::oauth::OAuthError),
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
@@ -162,6 +176,8 @@ impl Error {
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::RateLimited { .. } => "RATE_LIMITED",
             Error::HeldElsewhere => "HELD_ELSEWHERE",
+            Error::AuthRequired { .. } => "MCP_AUTH_REQUIRED",
+            Error::OAuth(oauth) => oauth.code(),
             Error::Pool(pool) => match pool {
                 PoolError::Upstream(McpError::Timeout(_)) => "MCP_TIMEOUT",
                 PoolError::Upstream(McpError::Connect(_) | McpError::Transport(_))
@@ -170,6 +186,7 @@ impl Error {
                 PoolError::Upstream(McpError::Protocol(_)) => "MCP_PROTOCOL_ERROR",
                 PoolError::Upstream(McpError::ResultTooLarge(_)) => "MCP_RESULT_TOO_LARGE",
                 PoolError::Upstream(McpError::Refused(_)) => "URL_NOT_ALLOWED",
+                PoolError::Upstream(McpError::AuthRequired(_)) => "MCP_AUTH_REQUIRED",
                 PoolError::TooManyConnections(_) => "CONNECTION_LIMIT_REACHED",
                 PoolError::TooManyProcesses(_) => "PROCESS_LIMIT_REACHED",
                 PoolError::Stopped => "MCP_UNAVAILABLE",
@@ -183,6 +200,19 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Names the URL, so that a model or a gateway client reading only the text can pass it on.
+fn auth_required_message(insufficient_scope: bool, url: Option<&str>) -> String {
+    let need = if insufficient_scope {
+        "the MCP server needs the user's authorization for more scopes (OAuth)"
+    } else {
+        "the MCP server needs the user's authorization (OAuth)"
+    };
+    match url {
+        Some(url) => format!("{need}; the user opens {url} to authorize it, then retries"),
+        None => format!("{need}; authorize it with POST /api/mcp-servers/{{id}}/oauth/authorize"),
+    }
+}
 
 /// A wait in whole seconds, rounded up and at least 1: a client that waits this long is
 /// let through. The message and `Retry-After` both say this number.

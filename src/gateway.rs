@@ -8,9 +8,14 @@
 //! call, and a list_changed (or config change) of any of the user's connections tells the
 //! client to list again.
 
+// Logging and resource subscriptions are deprecated in 2026-07-28 but are what 2025-11-25
+// clients (and the servers behind them) use.
+#![allow(deprecated)]
+
 pub mod xiaozhi;
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext};
@@ -19,7 +24,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Resource as Missing};
-use crate::services::{GatewayPrincipal, GatewayService};
+use crate::mcp::downstream::Downstream;
+use crate::services::{GatewayCaller, GatewayPrincipal, GatewayService};
 
 #[derive(Clone)]
 pub struct GatewayHandler {
@@ -28,10 +34,117 @@ pub struct GatewayHandler {
     /// (the auth middleware puts it in the request's extensions).
     fixed: Option<GatewayPrincipal>,
     max_result_bytes: usize,
+    /// What this session asked for: its log level (`None`: every message) and the
+    /// resources it subscribed to.
+    listening: Arc<Mutex<Listening>>,
     /// Cancelled when the session's handler is dropped (rmcp drops it when the session
     /// ends: DELETE, idle expiry, a closed bridge socket), ending the session's tasks.
     session: CancellationToken,
     _session_guard: Arc<tokio_util::sync::DropGuard>,
+}
+
+/// Passes a server's log message (at or above the session's level) or resource update
+/// (of a resource the session subscribed to) on to the session's client.
+async fn relay(
+    peer: &rmcp::Peer<RoleServer>,
+    listening: &Mutex<Listening>,
+    event: &crate::mcp::UpstreamEvents,
+) -> Result<(), rmcp::service::ServiceError> {
+    match event {
+        crate::mcp::UpstreamEvents::Log(message) => {
+            let wanted = match listening.lock().expect("listening lock").level {
+                Some(level) => severity(message.level) >= severity(level),
+                None => true,
+            };
+            if wanted {
+                peer.notify_logging_message(message.clone()).await?;
+            }
+        }
+        crate::mcp::UpstreamEvents::ResourceUpdated(uri) => {
+            let wanted = listening
+                .lock()
+                .expect("listening lock")
+                .subscriptions
+                .contains(uri);
+            if wanted {
+                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
+                    .await?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The gateway client of a call, asked what the server behind asks (elicitation,
+/// sampling) when it declared it can answer.
+struct PeerDownstream(rmcp::Peer<RoleServer>);
+
+fn not_declared(what: &str) -> ErrorData {
+    ErrorData::invalid_request(
+        format!("the client that made this call does not handle {what}"),
+        None,
+    )
+}
+
+fn peer_error(error: rmcp::service::ServiceError) -> ErrorData {
+    match error {
+        rmcp::service::ServiceError::McpError(error) => error,
+        other => ErrorData::internal_error(format!("asking the client failed: {other}"), None),
+    }
+}
+
+impl Downstream for PeerDownstream {
+    fn elicit(
+        &self,
+        params: ElicitRequestParams,
+    ) -> futures::future::BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        Box::pin(async move {
+            let url = matches!(params, ElicitRequestParams::UrlElicitationParams { .. });
+            let declared = self.0.peer_info().is_some_and(|info| {
+                info.capabilities.elicitation.as_ref().is_some_and(|e| {
+                    if url {
+                        e.url.is_some()
+                    } else {
+                        // A client that declares `elicitation: {}` handles forms (2025-06-18).
+                        e.form.is_some() || e.url.is_none()
+                    }
+                })
+            });
+            if !declared {
+                return Err(not_declared("elicitation"));
+            }
+            self.0.create_elicitation(params).await.map_err(peer_error)
+        })
+    }
+
+    fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> futures::future::BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        Box::pin(async move {
+            if self
+                .0
+                .peer_info()
+                .is_none_or(|info| info.capabilities.sampling.is_none())
+            {
+                return Err(not_declared("sampling"));
+            }
+            self.0.create_message(params).await.map_err(peer_error)
+        })
+    }
+}
+
+/// `URLElicitationRequiredError` (MCP 2025-11-25).
+const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
+    peer.peer_info().is_some_and(|info| {
+        info.capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|elicitation| elicitation.url.is_some())
+    })
 }
 
 /// An error as an MCP client sees it: the client's own mistakes are invalid params,
@@ -57,6 +170,7 @@ impl GatewayHandler {
             service,
             fixed,
             max_result_bytes,
+            listening: Arc::default(),
             _session_guard: Arc::new(session.clone().drop_guard()),
             session,
         }
@@ -74,16 +188,130 @@ impl GatewayHandler {
     }
 }
 
+#[derive(Default)]
+struct Listening {
+    level: Option<LoggingLevel>,
+    subscriptions: HashSet<String>,
+}
+
+/// Severity order of log levels (RFC 5424, as MCP uses them).
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// The gateway's capabilities: tools always; resources, prompts, logging, completions
+/// and subscriptions when a bound server has them.
+fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
+    let mut capabilities = ServerCapabilities::builder()
+        .enable_tools()
+        .enable_tool_list_changed()
+        .enable_resources()
+        .enable_prompts()
+        .build();
+    if features.logging {
+        capabilities.logging = Some(Default::default());
+    }
+    if features.completions {
+        capabilities.completions = Some(Default::default());
+    }
+    if features.subscribe
+        && let Some(resources) = capabilities.resources.as_mut()
+    {
+        resources.subscribe = Some(true);
+    }
+    capabilities
+}
+
 impl ServerHandler for GatewayHandler {
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if let Ok(principal) = self.principal(&context.extensions)
+            && let Ok(features) = self.service.features(&principal).await
+        {
+            result.capabilities = capabilities(features);
+        }
+        Ok(result)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.listening.lock().expect("listening lock").level = Some(request.level);
+        self.service
+            .set_log_level(&principal, request.level)
+            .await
+            .map_err(to_mcp_error)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.service
+            .complete(&principal, request)
+            .await
+            .map_err(to_mcp_error)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.service
+            .subscription(&principal, &request.uri, true)
+            .await
+            .map_err(to_mcp_error)?;
+        self.listening
+            .lock()
+            .expect("listening lock")
+            .subscriptions
+            .insert(request.uri);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.principal(&context.extensions)?;
+        // The upstream session is the user's, shared with their other sessions: it keeps
+        // its subscription; this session stops relaying the resource's updates.
+        self.listening
+            .lock()
+            .expect("listening lock")
+            .subscriptions
+            .remove(&request.uri);
+        Ok(())
+    }
+
     fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .enable_resources()
-                .enable_prompts()
-                .build(),
-        )
+        InitializeResult::new(capabilities(crate::mcp::ServerFeatures {
+            resources: true,
+            prompts: true,
+            ..Default::default()
+        }))
         .with_server_info(Implementation::new(
             "mcp-pool gateway",
             env!("CARGO_PKG_VERSION"),
@@ -99,22 +327,38 @@ impl ServerHandler for GatewayHandler {
             return;
         };
         let mut changes = self.service.pool_changes();
+        let mut notices = self.service.notices();
+        let service = self.service.clone();
+        let listening = self.listening.clone();
         let peer = context.peer;
         let ended = self.session.clone();
         tokio::spawn(async move {
+            let mut bound = service.server_ids(&principal).await.unwrap_or_default();
             loop {
-                let change = tokio::select! {
+                tokio::select! {
                     () = ended.cancelled() => break,
-                    change = changes.recv() => change,
-                };
-                match change {
-                    Ok(key) if key.user == principal.user => {
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            break;
+                    change = changes.recv() => match change {
+                        Ok(key) if key.user == principal.user => {
+                            bound = service.server_ids(&principal).await.unwrap_or(bound);
+                            if peer.notify_tool_list_changed().await.is_err() {
+                                break;
+                            }
                         }
-                    }
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    },
+                    notice = notices.recv() => match notice {
+                        Ok(notice)
+                            if notice.key.user == principal.user
+                                && bound.contains(&notice.key.server) =>
+                        {
+                            if relay(&peer, &listening, &notice.event).await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    },
                 }
                 if peer.is_transport_closed() {
                     break;
@@ -142,11 +386,15 @@ impl ServerHandler for GatewayHandler {
         let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
         let token = context.meta.get_progress_token();
         let cancel: CancellationToken = context.ct.clone();
+        let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
         let call = self.service.call(
             &principal,
             &request.name,
             request.arguments,
-            Some(&live),
+            GatewayCaller {
+                live: Some(&live),
+                downstream: Some(downstream),
+            },
             &cancel,
             self.max_result_bytes,
         );
@@ -177,6 +425,34 @@ impl ServerHandler for GatewayHandler {
             Ok(result) => Ok(result.into()),
             Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => {
                 Err(to_mcp_error(error))
+            }
+            // 2025-11-25: a client that handles URL-mode elicitation is asked to send its
+            // user to the authorization URL, then retry.
+            Err(Error::AuthRequired {
+                authorization_url: Some(url),
+                server_id,
+                insufficient_scope,
+                expires_at,
+            }) if declares_url_elicitation(&context.peer) => {
+                let error = Error::AuthRequired {
+                    authorization_url: Some(url.clone()),
+                    server_id,
+                    insufficient_scope,
+                    expires_at,
+                };
+                Err(ErrorData::new(
+                    rmcp::model::ErrorCode(URL_ELICITATION_REQUIRED),
+                    error.to_string(),
+                    Some(json!({
+                        "code": error.code(),
+                        "elicitations": [{
+                            "mode": "url",
+                            "elicitationId": uuid::Uuid::new_v4().to_string(),
+                            "url": url,
+                            "message": "Authorize this MCP server to continue.",
+                        }],
+                    })),
+                ))
             }
             // The call was made and failed: the model should read why.
             Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(

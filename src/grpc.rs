@@ -288,6 +288,25 @@ impl McpPool for GrpcApi {
         }))
     }
 
+    async fn answer_elicitation(
+        &self,
+        request: Request<proto::AnswerElicitationRequest>,
+    ) -> Result<Response<proto::AnswerElicitationResponse>, Status> {
+        let user = self.user(&request).await?;
+        let answer = request.into_inner();
+        let content = match answer.content_json.trim() {
+            "" => None,
+            json => Some(serde_json::from_str(json).map_err(|e| {
+                status::from_error(&Error::validation(format!("content_json: {e}")))
+            })?),
+        };
+        self.services
+            .elicitations
+            .answer_as_sent(&user, &answer.id, &answer.action, content)
+            .map_err(|e| status::from_error(&e))?;
+        Ok(Response::new(proto::AnswerElicitationResponse {}))
+    }
+
     async fn health(
         &self,
         _request: Request<proto::HealthRequest>,

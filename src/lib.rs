@@ -25,6 +25,7 @@ pub mod grpc;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod pool;
 pub mod security;
 pub mod services;

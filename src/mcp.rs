@@ -5,8 +5,10 @@
 //! legacy-SSE client; both gaps are closed here. Nothing in this module knows users,
 //! actors or HTTP routes: the pool owns the connections this module makes.
 
+pub mod auth;
 mod client;
 mod connect;
+pub mod downstream;
 mod handler;
 mod sse;
 pub mod stdio;
@@ -40,6 +42,9 @@ pub enum McpError {
     /// The URL policy refused every address the server's name resolved to when dialled.
     #[error("could not connect to the MCP server: its host {0}")]
     Refused(String),
+    /// The server refused without (enough) authorization: the user has to authorize it.
+    #[error("{}", if .0.insufficient_scope { "the MCP server needs the user's authorization for more scopes (OAuth)" } else { "the MCP server needs the user's authorization (OAuth)" })]
+    AuthRequired(auth::AuthChallenge),
 }
 
 /// Longest part of an upstream-supplied text an error shows.
@@ -70,10 +75,12 @@ pub fn excerpt(text: &str) -> String {
 impl McpError {
     /// Whether the connection itself is unusable (as opposed to one request failing).
     pub fn is_connection_failure(&self) -> bool {
-        matches!(
-            self,
-            McpError::Connect(_) | McpError::Transport(_) | McpError::Refused(_)
-        )
+        match self {
+            McpError::Connect(_) | McpError::Transport(_) | McpError::Refused(_) => true,
+            // A 401 on a live session: its token is gone for good (the refresh failed).
+            McpError::AuthRequired(challenge) => !challenge.insufficient_scope,
+            _ => false,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorRef};
 use uuid::Uuid;
 
-pub use catalog::{Catalogs, ResourceCatalog, ToolCatalog};
+pub use catalog::{Catalogs, ResourceCatalog, ToolCatalog, UpstreamNotice, schema_problems};
 use connection::ConnectionMsg;
 use supervisor::{PoolSupervisor, SupervisorArgs, SupervisorMsg};
 
@@ -69,6 +69,8 @@ pub enum ConnectionState {
     Connecting,
     Connected,
     Error,
+    /// The server asks for the user's OAuth authorization.
+    AuthRequired,
 }
 
 impl ConnectionState {
@@ -78,6 +80,7 @@ impl ConnectionState {
             ConnectionState::Connecting => "connecting",
             ConnectionState::Connected => "connected",
             ConnectionState::Error => "error",
+            ConnectionState::AuthRequired => "auth_required",
         }
     }
 }
@@ -212,6 +215,7 @@ pub struct ConnectionCensus {
     pub connecting: usize,
     pub connected: usize,
     pub error: usize,
+    pub auth_required: usize,
     /// Connections running a local child process.
     pub stdio: usize,
 }
@@ -228,6 +232,7 @@ impl ConnectionCensus {
                 ConnectionState::Connecting => &mut census.connecting,
                 ConnectionState::Connected => &mut census.connected,
                 ConnectionState::Error => &mut census.error,
+                ConnectionState::AuthRequired => &mut census.auth_required,
             } += 1;
             if connection.transport == TransportKind::Stdio.as_str() {
                 census.stdio += 1;
@@ -237,12 +242,13 @@ impl ConnectionCensus {
     }
 
     /// Each state with its count.
-    pub fn by_state(&self) -> [(ConnectionState, usize); 4] {
+    pub fn by_state(&self) -> [(ConnectionState, usize); 5] {
         [
             (ConnectionState::Disconnected, self.disconnected),
             (ConnectionState::Connecting, self.connecting),
             (ConnectionState::Connected, self.connected),
             (ConnectionState::Error, self.error),
+            (ConnectionState::AuthRequired, self.auth_required),
         ]
     }
 }
@@ -412,6 +418,11 @@ impl Pool {
     /// Keys of connections whose cached lists were just dropped.
     pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
         self.catalogs.subscribe_changes()
+    }
+
+    /// Servers' log messages and resource updates, from every connection.
+    pub fn subscribe_notices(&self) -> tokio::sync::broadcast::Receiver<Arc<UpstreamNotice>> {
+        self.catalogs.subscribe_notices()
     }
 
     /// Forgets cached lists of one connection.

@@ -6,9 +6,11 @@
 
 mod assistants;
 mod cluster_duties;
+pub mod elicitations;
 mod gateway;
 pub mod global_servers;
 mod keys;
+pub mod oauth;
 mod presets;
 mod rate_limits;
 mod servers;
@@ -16,15 +18,16 @@ mod tool_calls;
 mod upstream;
 
 pub use assistants::AssistantService;
-pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
+pub use gateway::{GatewayCaller, GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{KeyService, Principal};
+pub use oauth::OAuthService;
 pub use presets::{PresetInput, PresetService, SlotInput};
-pub use servers::{ServerInput, ServerService};
+pub use servers::{OAuthInput, ServerInput, ServerService};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
-    AssistantTool, AssistantTools, ConnectReport, HealthReport, ToolCallReport, UnavailableServer,
-    UpstreamService,
+    AssistantTool, AssistantTools, ConnectReport, HealthReport, ServerCatalog, ToolCallReport,
+    UnavailableServer, UpstreamService,
 };
 
 use std::sync::Arc;
@@ -49,6 +52,8 @@ pub struct Services {
     pub presets: PresetService,
     pub keys: KeyService,
     pub upstream: UpstreamService,
+    pub oauth: OAuthService,
+    pub elicitations: elicitations::Elicitations,
     pub tool_calls: ToolCallService,
     pub chat: ChatService,
     pub gateway: GatewayService,
@@ -71,6 +76,18 @@ impl Services {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
         let events = Arc::new(EventHub::new(settings.events.replay_buffer));
         let bindings = assistants::BindingCache::new(store.clone(), cluster.clone());
+        let oauth = OAuthService::new(
+            store.clone(),
+            settings.clone(),
+            url_policy.clone(),
+            events.clone(),
+            pool.clone(),
+            cluster.clone(),
+        );
+        let elicitations = elicitations::Elicitations::new(
+            events.clone(),
+            std::time::Duration::from_secs(settings.elicitation.timeout_secs),
+        );
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),
@@ -78,6 +95,10 @@ impl Services {
             pool.clone(),
             Arc::new(GlobalServers::default()),
             bindings.clone(),
+            upstream::UserFacing {
+                oauth: oauth.clone(),
+                elicitations: elicitations.clone(),
+            },
         );
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),
@@ -100,6 +121,7 @@ impl Services {
             settings.clone(),
             upstream.clone(),
             confirmations.clone(),
+            bindings.clone(),
         );
         let xiaozhi = XiaozhiBridges::new(
             gateway.clone(),
@@ -119,7 +141,10 @@ impl Services {
                 pool.clone(),
                 bindings.clone(),
                 cluster.clone(),
+                oauth.clone(),
             ),
+            oauth,
+            elicitations,
             tool_calls: ToolCallService::new(
                 store.clone(),
                 settings.clone(),

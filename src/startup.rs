@@ -90,6 +90,7 @@ impl Application {
             .await
             .map_err(|source| StartupError::Bind { address, source })?;
         let port = listener.local_addr().map_err(StartupError::Serve)?.port();
+        services.oauth.listening_on(port);
         let grpc = if settings.grpc.enabled {
             let address = format!("{}:{}", settings.server.host, settings.grpc.port);
             let listener = TcpListener::bind(&address)

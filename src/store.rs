@@ -23,6 +23,7 @@ mod gateway;
 mod instances;
 mod messages;
 mod notify;
+mod oauth;
 mod presets;
 mod servers;
 
@@ -33,6 +34,7 @@ pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
 pub use instances::InstanceRepo;
 pub use messages::{AuditEntry, MessageRepo, StoredMessage};
 pub use notify::NoteListener;
+pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
 
@@ -156,6 +158,10 @@ impl Store {
 
     pub fn instances(&self) -> InstanceRepo {
         InstanceRepo::new(self.db.clone())
+    }
+
+    pub fn oauth(&self) -> OAuthRepo {
+        OAuthRepo::new(self.db.clone(), self.cipher.clone())
     }
 
     pub fn api_keys(&self) -> ApiKeyRepo {

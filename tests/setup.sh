@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the tests talk to: the reference MCP server (npm), the reference Python
-# MCP client and schemathesis (PyPI). Idempotent; nothing is downloaded while the tests run.
+# Installs what the tests talk to: the reference MCP servers and the conformance suite
+# (npm), the reference Python MCP client and schemathesis (PyPI). Idempotent; nothing is downloaded while the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 npm ci --prefix tests/upstreams --no-audit --no-fund
+# The official MCP conformance suite, Node 22 for it, and its everything-server.
+npm ci --prefix tests/conformance --no-audit --no-fund
+npm ci --prefix tests/conformance/everything-server --no-audit --no-fund
 if [ ! -x tests/clients/.venv/bin/python ]; then
   python3 -m venv tests/clients/.venv
 fi

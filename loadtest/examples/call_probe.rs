@@ -41,6 +41,7 @@ async fn main() {
         max_message_bytes: 16 << 20,
         url_policy: policy.clone(),
         http: http_client(Duration::from_secs(10), policy),
+        auth: None,
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let pooled = Arc::new(connect(&spec, tx).await.unwrap());

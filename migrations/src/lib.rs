@@ -12,6 +12,8 @@ mod m20261123_000004_gateway;
 mod m20261123_000005_instances;
 mod m20261124_000006_sealed_base_url;
 mod m20261125_000007_tool_call_rows;
+mod m20261126_000008_oauth;
+mod m20261127_000009_assistant_settings;
 
 pub struct Migrator;
 
@@ -26,6 +28,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000005_instances::Migration),
             Box::new(m20261124_000006_sealed_base_url::Migration),
             Box::new(m20261125_000007_tool_call_rows::Migration),
+            Box::new(m20261126_000008_oauth::Migration),
+            Box::new(m20261127_000009_assistant_settings::Migration),
         ]
     }
 }

@@ -426,11 +426,25 @@ fn model_name(listing: &AssistantTools, server: Option<&str>, tool: &str) -> Str
     }
 }
 
+/// The user's events a chat client needs while its turn runs: its message's tool calls,
+/// and what the user's servers ask of the user (a question, an authorization).
+const NOTICES: [&str; 4] = [
+    "mcp.elicitation.requested",
+    "mcp.elicitation.completed",
+    "mcp.oauth.required",
+    "mcp.oauth.completed",
+];
+
 fn relay(event: &Event, message: Uuid, events: &Events) {
     if event.name == TOOL_CALL_EVENT
         && event.data.get("messageId").and_then(Value::as_str) == Some(&message.to_string())
     {
         let _ = events.send(ChatEvent::ToolCall(event.data.clone()));
+    } else if NOTICES.contains(&event.name) {
+        let _ = events.send(ChatEvent::Notice {
+            name: event.name,
+            data: event.data.clone(),
+        });
     }
 }
 

@@ -126,6 +126,7 @@ fn to_sse(sequence: u64, event: ChatEvent) -> Event {
             json!({"messageId": message_id, "text": text}),
         ),
         ChatEvent::ToolCall(data) => (TOOL_CALL_EVENT, data),
+        ChatEvent::Notice { name, data } => (name, data),
         ChatEvent::Retrying {
             message_id,
             attempt,

@@ -114,10 +114,16 @@ async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonRespo
             "connected": census.connected,
             "connecting": census.connecting,
             "error": census.error,
+            "authRequired": census.auth_required,
             "stdio": census.stdio,
         },
         "confirmations": {
             "activeMessages": state.services.confirmations.active_messages(),
+        },
+        // Whether this instance knows of others it tells about changes (PostgreSQL).
+        "cluster": {
+            "instance": state.services.cluster.me().to_string(),
+            "hasCompany": state.services.cluster.has_company(),
         },
     }))
 }

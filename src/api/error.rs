@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::llm::LlmError;
 use crate::mcp::McpError;
+use crate::oauth::OAuthError;
 use crate::pool::PoolError;
 use crate::store::StoreError;
 
@@ -64,6 +65,15 @@ pub(super) struct ErrorDetail<'a> {
     /// One line per problem where there are several (schema violations).
     #[serde(skip_serializing_if = "Option::is_none")]
     details: Option<&'a [String]>,
+    /// `MCP_AUTH_REQUIRED`: the server that needs authorization.
+    #[serde(rename = "serverId", skip_serializing_if = "Option::is_none")]
+    server_id: Option<uuid::Uuid>,
+    /// `MCP_AUTH_REQUIRED`: the URL its owner opens to authorize it.
+    #[serde(rename = "authorizationUrl", skip_serializing_if = "Option::is_none")]
+    authorization_url: Option<&'a str>,
+    /// `MCP_AUTH_REQUIRED`: until when `authorizationUrl` can be completed.
+    #[serde(rename = "expiresAt", skip_serializing_if = "Option::is_none")]
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ApiError {
@@ -102,9 +112,21 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,
+        Error::AuthRequired { .. } => StatusCode::CONFLICT,
+        Error::OAuth(oauth) => match oauth {
+            OAuthError::NotRemote | OAuthError::ClientRequired(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            OAuthError::Discovery(_) | OAuthError::AuthorizationServer(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            OAuthError::ScopeDenied { .. } => StatusCode::CONFLICT,
+            OAuthError::UnknownState => StatusCode::BAD_REQUEST,
+        },
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,
             PoolError::Upstream(McpError::Refused(_)) => StatusCode::FORBIDDEN,
+            PoolError::Upstream(McpError::AuthRequired(_)) => StatusCode::CONFLICT,
             PoolError::Upstream(_) | PoolError::Backoff { .. } => StatusCode::BAD_GATEWAY,
             PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -171,6 +193,15 @@ impl IntoResponse for ApiError {
             })) => Some(wait.as_secs().max(1)),
             _ => None,
         };
+        let auth = match &self {
+            ApiError::Domain(Error::AuthRequired {
+                server_id,
+                authorization_url,
+                expires_at,
+                ..
+            }) => Some((*server_id, authorization_url.as_deref(), *expires_at)),
+            _ => None,
+        };
         let mut response = (
             status,
             Json(ErrorBody {
@@ -178,6 +209,9 @@ impl IntoResponse for ApiError {
                     code,
                     message,
                     details,
+                    server_id: auth.map(|a| a.0),
+                    authorization_url: auth.and_then(|a| a.1),
+                    expires_at: auth.and_then(|a| a.2),
                 },
             }),
         )

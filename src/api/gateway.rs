@@ -43,7 +43,11 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
     };
     let gateway = state.services.gateway.clone();
     let max_result_bytes = settings.limits.max_result_bytes;
-    let sessions = Arc::new(LocalSessionManager::default());
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(
+        settings.gateway.session_idle_secs,
+    ));
+    let sessions = Arc::new(sessions);
     let mcp = StreamableHttpService::new(
         move || Ok(GatewayHandler::new(gateway.clone(), None, max_result_bytes)),
         sessions.clone(),
@@ -114,6 +118,75 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(read_bridge, put_bridge, delete_bridge))
         .routes(routes!(bridge_statuses))
         .routes(routes!(global_servers))
+        .routes(routes!(read_settings, put_settings))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct GatewaySettingsInput {
+    /// `always`, `on_collision`, `never`, or null to follow the service's `gateway.prefix`.
+    #[schema(pattern = "^(always|on_collision|never)$")]
+    prefix: Option<String>,
+}
+
+/// The assistant's gateway settings as stored and in effect, and the tools `never` hides.
+async fn settings_view(
+    state: &AppState,
+    user: &crate::domain::UserId,
+    assistant: &AssistantId,
+) -> Result<Value, ApiError> {
+    let own = state
+        .services
+        .assistants
+        .gateway_prefix(user, assistant)
+        .await?;
+    let principal = crate::services::GatewayPrincipal {
+        user: user.clone(),
+        assistant: assistant.clone(),
+    };
+    let tools = state.services.gateway.tools(&principal).await?;
+    Ok(json!({
+        "assistantId": assistant.as_str(),
+        "prefix": own.map(|m| m.as_str()),
+        "effectivePrefix": tools.mode.as_str(),
+        "hiddenTools": tools.hidden.iter().map(|(server, tool)| json!({"serverName": server, "tool": tool})).collect::<Vec<_>>(),
+    }))
+}
+
+/// How the gateway names this assistant's tools and prompts: `{assistantId, prefix (own,
+/// or null), effectivePrefix, hiddenTools: [{serverName, tool}]}` (tools `never` does not
+/// offer because an earlier bound server has a tool of that name).
+#[utoipa::path(get, path = "/api/assistants/{id}/gateway", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), responses((status = OK, body = Value)))]
+async fn read_settings(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    Ok(JsonResponse(
+        settings_view(&state, &ctx.user, &assistant).await?,
+    ))
+}
+
+/// Sets the assistant's prefix mode (`{"prefix": "on_collision"}`; null: the service's).
+#[utoipa::path(put, path = "/api/assistants/{id}/gateway", tag = "gateway",
+    params(("id" = ExternalId, Path, description = "The assistant's id")), request_body = GatewaySettingsInput, responses((status = OK, body = Value)))]
+async fn put_settings(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(input): Json<GatewaySettingsInput>,
+) -> Result<JsonResponse<Value>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    state
+        .services
+        .assistants
+        .set_gateway_prefix(&ctx.user, &assistant, input.prefix.as_deref())
+        .await?;
+    Ok(JsonResponse(
+        settings_view(&state, &ctx.user, &assistant).await?,
+    ))
 }
 
 /// Lets a request through to the MCP service only with a token of the assistant in the

@@ -59,6 +59,7 @@ const EXTERNAL_ID_PATTERN: &str = "^[A-Za-z0-9._:@|+=-]+$";
         (name = "chat", description = "The agent loop"),
         (name = "gateway", description = "An assistant's servers as one MCP endpoint; its tokens and Xiaozhi bridge"),
         (name = "presets", description = "The stdio allow-list"),
+        (name = "oauth", description = "Users' OAuth authorization of remote servers"),
         (name = "admin", description = "Keys, connections, bridges and global servers (admin key)"),
     )
 )]

@@ -41,6 +41,9 @@ pub struct ServerView {
     base_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<BTreeMap<String, String>>,
+    /// The pre-registered OAuth client (`clientSecret` shown as `********`) and scopes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oauth: Option<crate::services::OAuthInput>,
     #[serde(skip_serializing_if = "Option::is_none")]
     preset: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,6 +73,7 @@ impl From<McpServer> for ServerView {
             is_active: spec.is_active,
             base_url: None,
             headers: None,
+            oauth: None,
             preset: None,
             preset_args: None,
             command: None,
@@ -86,6 +90,8 @@ impl From<McpServer> for ServerView {
             Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => {
                 view.base_url = Some(endpoint.url.masked());
                 view.headers = Some(endpoint.headers.masked());
+                view.oauth = (!endpoint.oauth.is_empty())
+                    .then(|| crate::services::OAuthInput::masked(&endpoint.oauth));
             }
             Transport::Embedded(kind) => view.embedded = Some(kind.as_str()),
             Transport::Stdio(launch) => {

@@ -101,6 +101,42 @@ pub struct RemoteEndpoint {
     /// Its user name, password and query values are secrets, like the headers.
     pub url: SecretUrl,
     pub headers: SecretMap,
+    /// The OAuth client to use when the server asks for authorization; unset means the
+    /// service's client metadata document or dynamic registration.
+    pub oauth: OAuthClientSettings,
+}
+
+/// A server's OAuth client as its user or the admin configured it: a pre-registered client
+/// (when the authorization server offers no registration) and the scopes to ask for.
+#[derive(Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthClientSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// A secret: sealed at rest, shown as [`super::MASK`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+}
+
+impl OAuthClientSettings {
+    pub fn is_empty(&self) -> bool {
+        self.client_id.is_none() && self.client_secret.is_none() && self.scopes.is_empty()
+    }
+}
+
+impl std::fmt::Debug for OAuthClientSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClientSettings")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| super::MASK),
+            )
+            .field("scopes", &self.scopes)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -32,6 +32,67 @@ pub fn gateway_name(server: &str, separator: &str, tool: &str) -> String {
     format!("{}{separator}{tool}", sanitize(server))
 }
 
+/// How the gateway names the tools and prompts of an assistant's servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefixMode {
+    /// Always `{server}{separator}{name}`: names never change when a server is bound or
+    /// unbound (the default).
+    #[default]
+    Always,
+    /// A name stays as its server defines it unless two bound servers offer it; then
+    /// only those are prefixed.
+    OnCollision,
+    /// Names as the servers define them; of two equal names only the first server's is
+    /// offered.
+    Never,
+}
+
+impl PrefixMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefixMode::Always => "always",
+            PrefixMode::OnCollision => "on_collision",
+            PrefixMode::Never => "never",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "always" => Some(PrefixMode::Always),
+            "on_collision" => Some(PrefixMode::OnCollision),
+            "never" => Some(PrefixMode::Never),
+            _ => None,
+        }
+    }
+}
+
+/// The gateway names of `items` (server name, item name), in order; `None` for an item
+/// that is not offered (a duplicate). A name is offered once: the first item wins.
+pub fn gateway_names(
+    mode: PrefixMode,
+    separator: &str,
+    items: &[(&str, &str)],
+) -> Vec<Option<String>> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for (_, item) in items {
+        *counts.entry(item).or_default() += 1;
+    }
+    let mut taken = std::collections::HashSet::new();
+    items
+        .iter()
+        .map(|(server, item)| {
+            let name = match mode {
+                PrefixMode::Always => gateway_name(server, separator, item),
+                PrefixMode::OnCollision if counts[item] > 1 => {
+                    gateway_name(server, separator, item)
+                }
+                PrefixMode::OnCollision | PrefixMode::Never => (*item).to_owned(),
+            };
+            taken.insert(name.clone()).then_some(name)
+        })
+        .collect()
+}
+
 pub fn display_name(server: &str, tool: &str) -> String {
     let full = format!("mcp__{}__{}", sanitize(server), sanitize(tool));
     if full.len() <= MAX_TOOL_NAME {
@@ -107,6 +168,44 @@ impl ToolNameTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_prefix_mode_names_as_documented() {
+        let items = [
+            ("fx", "echo"),
+            ("fx", "add"),
+            ("every", "echo"),
+            ("every", "sum"),
+        ];
+        let names = |mode| gateway_names(mode, ".", &items);
+        let some = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| Some(n.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(PrefixMode::Always),
+            some(&["fx.echo", "fx.add", "every.echo", "every.sum"])
+        );
+        assert_eq!(
+            names(PrefixMode::OnCollision),
+            some(&["fx.echo", "add", "every.echo", "sum"])
+        );
+        assert_eq!(
+            names(PrefixMode::Never),
+            vec![
+                Some("echo".into()),
+                Some("add".into()),
+                None,
+                Some("sum".into())
+            ]
+        );
+        for mode in ["always", "on_collision", "never"] {
+            assert_eq!(PrefixMode::parse(mode).unwrap().as_str(), mode);
+        }
+        assert_eq!(PrefixMode::parse("sometimes"), None);
+    }
 
     fn tool(server: &str, name: &str) -> ToolRef {
         ToolRef {

@@ -10,6 +10,8 @@ use crate::pool::PoolError;
 use crate::store::StoreError;
 
 pub const ERROR_CODE_KEY: &str = "error-code";
+/// With `MCP_AUTH_REQUIRED`: the URL the user opens to authorize the server.
+pub const AUTHORIZATION_URL_KEY: &str = "authorization-url";
 
 pub fn from_error(error: &Error) -> Status {
     let code = match error {
@@ -24,9 +26,20 @@ pub fn from_error(error: &Error) -> Status {
         | Error::ToolDisabled(_) => Code::PermissionDenied,
         Error::Unauthorized(_) => Code::Unauthenticated,
         Error::HeldElsewhere => Code::Unavailable,
+        // The user must act (authorize); the `authorization-url` metadata says where.
+        Error::AuthRequired { .. } => Code::FailedPrecondition,
+        Error::OAuth(oauth) => match oauth {
+            crate::oauth::OAuthError::NotRemote | crate::oauth::OAuthError::ClientRequired(_) => {
+                Code::FailedPrecondition
+            }
+            crate::oauth::OAuthError::ScopeDenied { .. } => Code::PermissionDenied,
+            crate::oauth::OAuthError::UnknownState => Code::InvalidArgument,
+            _ => Code::Unavailable,
+        },
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => Code::DeadlineExceeded,
             PoolError::Upstream(McpError::Refused(_)) => Code::PermissionDenied,
+            PoolError::Upstream(McpError::AuthRequired(_)) => Code::FailedPrecondition,
             PoolError::TooManyConnections(_) | PoolError::TooManyProcesses(_) => {
                 Code::ResourceExhausted
             }
@@ -57,6 +70,14 @@ pub fn from_error(error: &Error) -> Status {
     let mut status = Status::new(code, message);
     if let Ok(value) = error.code().parse() {
         status.metadata_mut().insert(ERROR_CODE_KEY, value);
+    }
+    if let Error::AuthRequired {
+        authorization_url: Some(url),
+        ..
+    } = error
+        && let Ok(value) = url.parse()
+    {
+        status.metadata_mut().insert(AUTHORIZATION_URL_KEY, value);
     }
     status
 }

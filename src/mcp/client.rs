@@ -14,6 +14,7 @@ use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::{Peer, RoleClient};
 
 use super::McpError;
+use super::auth::ChallengeSlot;
 use super::handler::PoolClientHandler;
 
 /// Upper bound on pages followed for one list, so a server cannot loop us forever.
@@ -56,12 +57,18 @@ pub struct CallOutcome {
 pub struct ServerFeatures {
     pub resources: bool,
     pub prompts: bool,
+    pub logging: bool,
+    pub completions: bool,
+    /// `resources/subscribe`.
+    pub subscribe: bool,
 }
 
 /// A connected, initialized MCP session. Cheap to share behind an `Arc`: requests take
 /// `&self` and run concurrently on the one connection.
 pub struct McpClient {
     service: RunningService<RoleClient, PoolClientHandler>,
+    /// Tells a request the server refused for want of authorization from other failures.
+    challenges: ChallengeSlot,
 }
 
 /// Sends `notifications/cancelled` if the request is abandoned (its caller went away)
@@ -88,8 +95,14 @@ impl Drop for CancelOnDrop {
 }
 
 impl McpClient {
-    pub(super) fn new(service: RunningService<RoleClient, PoolClientHandler>) -> Self {
-        Self { service }
+    pub(super) fn new(
+        service: RunningService<RoleClient, PoolClientHandler>,
+        challenges: ChallengeSlot,
+    ) -> Self {
+        Self {
+            service,
+            challenges,
+        }
     }
 
     pub fn server_info(&self) -> Option<Implementation> {
@@ -113,6 +126,14 @@ impl McpClient {
             .map(|info| ServerFeatures {
                 resources: info.capabilities.resources.is_some(),
                 prompts: info.capabilities.prompts.is_some(),
+                logging: info.capabilities.logging.is_some(),
+                completions: info.capabilities.completions.is_some(),
+                subscribe: info
+                    .capabilities
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.subscribe)
+                    .unwrap_or(false),
             })
             .unwrap_or_default()
     }
@@ -130,7 +151,8 @@ impl McpClient {
         let peer = self.service.peer();
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
-            .await?;
+            .await
+            .map_err(|e| self.challenges.explain(e.into()))?;
         let mut guard = CancelOnDrop {
             peer: Some(peer.clone()),
             id: handle.id.clone(),
@@ -138,7 +160,7 @@ impl McpClient {
         let result = handle.await_response().await;
         // Answered, or timed out (rmcp then sends the cancellation itself).
         guard.peer = None;
-        Ok(result?)
+        result.map_err(|e| self.challenges.explain(e.into()))
     }
 
     async fn list_all<T>(
@@ -240,6 +262,52 @@ impl McpClient {
         .await
     }
 
+    // Logging and resource subscriptions are deprecated in 2026-07-28 but are what
+    // 2025-11-25 clients and servers use.
+    #[allow(deprecated)]
+    pub async fn set_level(
+        &self,
+        level: rmcp::model::LoggingLevel,
+        timeout: Duration,
+    ) -> Result<(), McpError> {
+        let request = ClientRequest::SetLevelRequest(rmcp::model::SetLevelRequest::new(
+            rmcp::model::SetLevelRequestParams::new(level),
+        ));
+        self.request(request, timeout).await.map(|_| ())
+    }
+
+    pub async fn complete(
+        &self,
+        params: rmcp::model::CompleteRequestParams,
+        timeout: Duration,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        let request = ClientRequest::CompleteRequest(rmcp::model::CompleteRequest::new(params));
+        match self.request(request, timeout).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// `resources/subscribe` (`subscribe`) or `resources/unsubscribe`.
+    #[allow(deprecated)]
+    pub async fn subscription(
+        &self,
+        uri: &str,
+        subscribe: bool,
+        timeout: Duration,
+    ) -> Result<(), McpError> {
+        let request = if subscribe {
+            ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
+                rmcp::model::SubscribeRequestParams::new(uri),
+            ))
+        } else {
+            ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(
+                rmcp::model::UnsubscribeRequestParams::new(uri),
+            ))
+        };
+        self.request(request, timeout).await.map(|_| ())
+    }
+
     pub async fn ping(&self, timeout: Duration) -> Result<(), McpError> {
         let request = ClientRequest::PingRequest(rmcp::model::PingRequest::default());
         self.request(request, timeout).await.map(|_| ())
@@ -290,7 +358,7 @@ impl McpClient {
         timeout: Duration,
         max_total: Duration,
     ) -> Result<CallOutcome, McpError> {
-        self.call_tool_reporting(name, arguments, timeout, max_total, None)
+        self.call_tool_reporting(name, arguments, timeout, max_total, None, None)
             .await
     }
 
@@ -302,7 +370,11 @@ impl McpClient {
         timeout: Duration,
         max_total: Duration,
         live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+        downstream: Option<std::sync::Arc<dyn super::downstream::Downstream>>,
     ) -> Result<CallOutcome, McpError> {
+        // In flight until this function returns or is dropped: what the server asks
+        // meanwhile goes to `downstream`.
+        let _caller = self.service.service().callers.enter(downstream);
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -310,7 +382,10 @@ impl McpClient {
             .reset_timeout_on_progress()
             .with_max_total_timeout(max_total.max(timeout));
         let peer = self.service.peer();
-        let handle = peer.send_request_with_option(request, options).await?;
+        let handle = peer
+            .send_request_with_option(request, options)
+            .await
+            .map_err(|e| self.challenges.explain(e.into()))?;
         // Subscribed right after sending: the first progress can only follow a round trip.
         let mut progress_stream = self
             .service
@@ -339,7 +414,7 @@ impl McpClient {
         while let Some(Some(update)) = futures::FutureExt::now_or_never(progress_stream.next()) {
             note_progress(update, live, &mut progress);
         }
-        match result? {
+        match result.map_err(|e| self.challenges.explain(e.into()))? {
             ServerResult::CallToolResult(result) => Ok(CallOutcome { result, progress }),
             other => Err(unexpected(&other)),
         }

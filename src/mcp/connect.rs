@@ -14,6 +14,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use super::auth::ChallengeSlot;
 use super::handler::{PoolClientHandler, UpstreamEvents};
 use super::sse::LegacySseTransport;
 use super::stdio::{StdioCommand, StdioTransport};
@@ -76,6 +77,14 @@ pub struct UpstreamSpec {
     /// Shared by every HTTP connection: a client per connection cost ~250 KiB each
     /// (its TLS root store and pool), measured with `loadtest actors`.
     pub http: reqwest::Client,
+    /// The user's OAuth tokens for an HTTP server; `None` for other transports.
+    pub auth: Option<std::sync::Arc<dyn super::auth::UpstreamAuth>>,
+}
+
+impl std::fmt::Debug for dyn super::auth::UpstreamAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamAuth")
+    }
 }
 
 /// The HTTP client all remote connections share. Every address it dials comes from the
@@ -101,6 +110,11 @@ pub async fn connect(
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
     let handler = PoolClientHandler::new(events);
+    let challenges = ChallengeSlot::default();
+    let manager = match &spec.auth {
+        Some(auth) => auth.manager().await?,
+        None => None,
+    };
     // rmcp's session task takes the span it was started in for its whole life: a root
     // span naming the connection, not the request that happened to open it.
     let session = tracing::info_span!(parent: None, "upstream_session", upstream = %spec.label);
@@ -155,20 +169,54 @@ pub async fn connect(
                             .collect::<HashMap<_, _>>(),
                     )
                     .reinit_on_expired_session(true);
-                let transport = StreamableHttpClientTransport::with_client(
-                    UrlFreeErrors(spec.http.clone()),
-                    config,
-                );
-                handler
-                    .serve(transport)
-                    .instrument(session.clone())
-                    .await
-                    .map_err(|e| McpError::Connect(e.to_string()))
+                let client = UrlFreeErrors {
+                    client: spec.http.clone(),
+                    challenges: challenges.clone(),
+                };
+                let served = match manager {
+                    // rmcp's `AuthClient` puts the token on each request, refreshes it
+                    // shortly before it expires, and once more on a 401.
+                    Some(manager) => {
+                        let client = rmcp::transport::auth::AuthClient::new(client, manager);
+                        handler
+                            .serve(StreamableHttpClientTransport::with_client(client, config))
+                            .instrument(session.clone())
+                            .await
+                    }
+                    None => {
+                        handler
+                            .serve(StreamableHttpClientTransport::with_client(client, config))
+                            .instrument(session.clone())
+                            .await
+                    }
+                };
+                served.map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::Sse { url, headers } => {
-                let transport =
-                    LegacySseTransport::connect(spec.http.clone(), url, header_map(headers)?)
-                        .await?;
+                let mut headers = header_map(headers)?;
+                // The legacy transport takes a token per connection: one that expires
+                // mid-session fails a request, and the reconnect takes a fresh one.
+                if let Some(manager) = &manager {
+                    match manager.get_access_token().await {
+                        Ok(token) => {
+                            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(
+                                |_| McpError::Connect("an unusable access token".into()),
+                            )?;
+                            headers.insert(reqwest::header::AUTHORIZATION, value);
+                        }
+                        Err(rmcp::transport::auth::AuthError::AuthorizationRequired) => {}
+                        Err(e) => {
+                            return Err(McpError::Connect(format!("token refresh failed: {e}")));
+                        }
+                    }
+                }
+                let transport = LegacySseTransport::connect(
+                    spec.http.clone(),
+                    url,
+                    headers,
+                    challenges.clone(),
+                )
+                .await?;
                 handler
                     .serve(transport)
                     .instrument(session.clone())
@@ -184,7 +232,7 @@ pub async fn connect(
     };
     let service = match tokio::time::timeout(spec.connect_timeout, attempt).await {
         Ok(Ok(service)) => service,
-        Ok(Err(error)) => return Err(explain_refusal(spec, error).await),
+        Ok(Err(error)) => return Err(explain_refusal(spec, challenges.explain(error)).await),
         Err(_) => {
             return Err(McpError::Connect(format!(
                 "no answer to initialize within {}s",
@@ -192,7 +240,7 @@ pub async fn connect(
             )));
         }
     };
-    Ok(McpClient::new(service))
+    Ok(McpClient::new(service, challenges))
 }
 
 /// A failed HTTP connect whose host the URL policy refuses now is reported as that

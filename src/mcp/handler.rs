@@ -1,22 +1,41 @@
 //! The client-side handler: what an upstream may tell us while connected.
 
+// Log notifications are deprecated in 2026-07-28 but are what 2025-11-25 servers send.
+#![allow(deprecated)]
+
 use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
-use rmcp::service::NotificationContext;
-use rmcp::{ClientHandler, RoleClient};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ResourceUpdatedNotificationParam,
+};
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ClientHandler, ErrorData, RoleClient};
+use std::sync::Arc;
+
+use super::downstream::Callers;
 use tokio::sync::mpsc;
 
-/// Things an upstream announces that its owner (the connection actor) must act on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Things an upstream announces: changes its owner (the connection actor) must act on,
+/// and notices for whoever listens to the server (gateway sessions, event streams).
+#[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamEvents {
     ToolsChanged,
     ResourcesChanged,
     PromptsChanged,
+    /// `notifications/message`.
+    Log(LoggingMessageNotificationParam),
+    /// `notifications/resources/updated` for this URI.
+    ResourceUpdated(String),
 }
 
 pub struct PoolClientHandler {
     /// Routes `notifications/progress` to the call that asked for them.
     pub(super) progress: ProgressDispatcher,
+    /// Routes elicitation and sampling requests to the caller they relate to.
+    pub(super) callers: Arc<Callers>,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 }
 
@@ -24,6 +43,7 @@ impl PoolClientHandler {
     pub fn new(events: mpsc::UnboundedSender<UpstreamEvents>) -> Self {
         Self {
             progress: ProgressDispatcher::new(),
+            callers: Arc::default(),
             events,
         }
     }
@@ -31,10 +51,33 @@ impl PoolClientHandler {
 
 impl ClientHandler for PoolClientHandler {
     fn get_info(&self) -> ClientConfig {
+        // Elicitation (form and URL) and sampling: passed to the caller who can answer
+        // (see `downstream`), refused when there is none.
+        let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+            "elicitation": {"form": {}, "url": {}},
+            "sampling": {},
+        }))
+        .expect("valid client capabilities");
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("mcp-pool", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.callers.answering()?.elicit(request).await
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.callers.answering()?.sample(params).await
     }
 
     async fn on_progress(
@@ -55,5 +98,23 @@ impl ClientHandler for PoolClientHandler {
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.events.send(UpstreamEvents::PromptsChanged);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.events.send(UpstreamEvents::Log(params));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self
+            .events
+            .send(UpstreamEvents::ResourceUpdated(params.uri));
     }
 }

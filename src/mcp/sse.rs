@@ -45,6 +45,7 @@ impl LegacySseTransport {
         client: reqwest::Client,
         secret_url: &SecretUrl,
         headers: HeaderMap,
+        challenges: super::auth::ChallengeSlot,
     ) -> Result<Self, McpError> {
         let url = secret_url.expose();
         let response = client
@@ -54,6 +55,19 @@ impl LegacySseTransport {
             .send()
             .await
             .map_err(|e| McpError::Connect(format!("GET {secret_url}: {}", e.without_url())))?;
+        let status = response.status();
+        if matches!(status.as_u16(), 401 | 403)
+            && let Some(header) = response
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+            && (status.as_u16() == 401 || header.contains("insufficient_scope"))
+        {
+            challenges.record(super::auth::AuthChallenge {
+                www_authenticate: header.to_owned(),
+                insufficient_scope: status.as_u16() == 403,
+            });
+        }
         if !response.status().is_success() {
             return Err(McpError::Connect(format!(
                 "GET {secret_url} answered {}",

@@ -18,16 +18,45 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-/// `reqwest::Client`'s own implementation, each error without its URL.
+use super::auth::{AuthChallenge, ChallengeSlot};
+
+/// `reqwest::Client`'s own implementation, each error without its URL. It also notes the
+/// server's last authorization challenge (401, or 403 `insufficient_scope`), which rmcp's
+/// errors carry but the session's errors no longer do.
 #[derive(Clone)]
-pub(super) struct UrlFreeErrors(pub reqwest::Client);
+pub(super) struct UrlFreeErrors {
+    pub client: reqwest::Client,
+    pub challenges: ChallengeSlot,
+}
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 
-fn without_url(error: HttpError) -> HttpError {
-    match error {
-        StreamableHttpError::Client(error) => StreamableHttpError::Client(error.without_url()),
-        other => other,
+impl UrlFreeErrors {
+    fn noted<T>(&self, result: Result<T, HttpError>) -> Result<T, HttpError> {
+        match result {
+            Ok(value) => {
+                self.challenges.clear();
+                Ok(value)
+            }
+            Err(StreamableHttpError::Client(error)) => {
+                Err(StreamableHttpError::Client(error.without_url()))
+            }
+            Err(StreamableHttpError::AuthRequired(refusal)) => {
+                self.challenges.record(AuthChallenge {
+                    www_authenticate: refusal.www_authenticate_header.clone(),
+                    insufficient_scope: false,
+                });
+                Err(StreamableHttpError::AuthRequired(refusal))
+            }
+            Err(StreamableHttpError::InsufficientScope(refusal)) => {
+                self.challenges.record(AuthChallenge {
+                    www_authenticate: refusal.www_authenticate_header.clone(),
+                    insufficient_scope: true,
+                });
+                Err(StreamableHttpError::InsufficientScope(refusal))
+            }
+            Err(other) => Err(other),
+        }
     }
 }
 
@@ -42,10 +71,11 @@ impl StreamableHttpClient for UrlFreeErrors {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.0
+        let result = self
+            .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -57,7 +87,8 @@ impl StreamableHttpClient for UrlFreeErrors {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.0
+        let result = self
+            .client
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -66,8 +97,8 @@ impl StreamableHttpClient for UrlFreeErrors {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 
     async fn post_message_with_response_limits(
@@ -79,7 +110,8 @@ impl StreamableHttpClient for UrlFreeErrors {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.0
+        let result = self
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -88,8 +120,8 @@ impl StreamableHttpClient for UrlFreeErrors {
                 custom_headers,
                 limits,
             )
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 
     async fn delete_session(
@@ -99,10 +131,11 @@ impl StreamableHttpClient for UrlFreeErrors {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
-        self.0
+        let result = self
+            .client
             .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 
     async fn get_stream(
@@ -113,10 +146,11 @@ impl StreamableHttpClient for UrlFreeErrors {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.0
+        let result = self
+            .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -128,7 +162,8 @@ impl StreamableHttpClient for UrlFreeErrors {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.0
+        let result = self
+            .client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -137,7 +172,7 @@ impl StreamableHttpClient for UrlFreeErrors {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
-            .map_err(without_url)
+            .await;
+        self.noted(result)
     }
 }

@@ -53,15 +53,7 @@ impl ToolCatalog {
         let Some(validator) = self.validator(name) else {
             return Ok(());
         };
-        let problems: Vec<String> = validator
-            .iter_errors(arguments)
-            .take(20)
-            .map(|e| {
-                let path = e.instance_path().as_str();
-                let path = if path.is_empty() { "arguments" } else { path };
-                format!("{path}: {e}")
-            })
-            .collect();
+        let problems = schema_problems(validator, arguments, "arguments");
         if problems.is_empty() {
             Ok(())
         } else {
@@ -82,7 +74,16 @@ pub struct Catalogs {
     /// Connections whose lists were dropped (list_changed, a config change, a refresh):
     /// the gateway tells its clients to list again.
     changes: tokio::sync::broadcast::Sender<ConnectionKey>,
+    /// What servers announce for their listeners: log messages, resource updates.
+    notices: tokio::sync::broadcast::Sender<Arc<UpstreamNotice>>,
     metrics: Arc<Metrics>,
+}
+
+/// An announcement of one connection's server, for whoever listens (gateway sessions).
+#[derive(Debug)]
+pub struct UpstreamNotice {
+    pub key: ConnectionKey,
+    pub event: crate::mcp::UpstreamEvents,
 }
 
 fn flatten(error: Arc<PoolError>) -> PoolError {
@@ -105,12 +106,25 @@ impl Catalogs {
                 .max_capacity(100_000)
                 .build(),
             changes: tokio::sync::broadcast::channel(1024).0,
+            notices: tokio::sync::broadcast::channel(1024).0,
             metrics,
         }
     }
 
     pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
         self.changes.subscribe()
+    }
+
+    pub fn subscribe_notices(&self) -> tokio::sync::broadcast::Receiver<Arc<UpstreamNotice>> {
+        self.notices.subscribe()
+    }
+
+    /// Passes a server's announcement on; nobody listening is fine.
+    pub fn announce(&self, key: &ConnectionKey, event: crate::mcp::UpstreamEvents) {
+        let _ = self.notices.send(Arc::new(UpstreamNotice {
+            key: key.clone(),
+            event,
+        }));
     }
 
     /// `cache`'s entry for the lease's connection, loading it once on a miss (concurrent
@@ -197,6 +211,24 @@ impl Catalogs {
         self.forget(key).await;
         let _ = self.changes.send(key.clone());
     }
+}
+
+/// Every way `value` breaks a schema, as `path: message` lines (at most 20); the root is
+/// called `root`.
+pub fn schema_problems(
+    validator: &jsonschema::Validator,
+    value: &Value,
+    root: &str,
+) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .take(20)
+        .map(|e| {
+            let path = e.instance_path().as_str();
+            let path = if path.is_empty() { root } else { path };
+            format!("{path}: {e}")
+        })
+        .collect()
 }
 
 #[cfg(test)]

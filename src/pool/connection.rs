@@ -72,8 +72,14 @@ enum Phase {
     Failed {
         reason: String,
         retry_at: Instant,
+        /// The server asked for the user's authorization: the answer until the next try.
+        auth: Option<McpError>,
     },
 }
+
+/// How soon a server that asked for authorization is tried again: the user may have
+/// authorized it meanwhile (possibly on another instance), and a try is one round trip.
+const AUTH_RETRY: Duration = Duration::from_secs(2);
 
 pub struct ConnectionStateData {
     key: ConnectionKey,
@@ -143,14 +149,24 @@ impl ConnectionStateData {
         let upstream = self.runtime.upstream.clone();
         let me = myself.clone();
         let key = self.key.clone();
+        let catalogs = self.catalogs.clone();
         let connect = async move {
             let (events, mut incoming) = mpsc::unbounded_channel();
             let result = mcp::connect(&upstream, events).await.map(Arc::new);
             if result.is_ok() {
                 tracing::info!(user = %key.user, server = %key.server, upstream = ?upstream.transport, "MCP connection established");
                 let forward_to = me.clone();
+                let (catalogs, key) = (catalogs.clone(), key.clone());
                 tokio::spawn(async move {
                     while let Some(event) = incoming.recv().await {
+                        // Notices go straight to their listeners, in the order they came.
+                        if matches!(
+                            event,
+                            UpstreamEvents::Log(_) | UpstreamEvents::ResourceUpdated(_)
+                        ) {
+                            catalogs.announce(&key, event);
+                            continue;
+                        }
                         if forward_to.cast(ConnectionMsg::Upstream(event)).is_err() {
                             break;
                         }
@@ -169,8 +185,20 @@ impl ConnectionStateData {
         self.phase = Phase::Failed {
             reason: reason.clone(),
             retry_at: Instant::now() + retry_in,
+            auth: None,
         };
         self.set_status(ConnectionState::Error, Some(reason));
+    }
+
+    fn mark_auth_required(&mut self, error: &McpError) {
+        self.slot.set(None);
+        tracing::info!(user = %self.key.user, server = %self.key.server, "the MCP server asks for the user's authorization");
+        self.phase = Phase::Failed {
+            reason: error.to_string(),
+            retry_at: Instant::now() + AUTH_RETRY,
+            auth: Some(error.clone()),
+        };
+        self.set_status(ConnectionState::AuthRequired, Some(error.to_string()));
     }
 }
 
@@ -227,10 +255,16 @@ impl Actor for ConnectionActor {
                     }
                     Phase::Connecting { waiters } => waiters.push(reply),
                     Phase::Disconnected => state.start_connect(&myself, reply, span),
-                    Phase::Failed { reason, retry_at } => {
+                    Phase::Failed {
+                        reason,
+                        retry_at,
+                        auth,
+                    } => {
                         let now = Instant::now();
                         if now >= *retry_at {
                             state.start_connect(&myself, reply, span);
+                        } else if let Some(auth) = auth {
+                            let _ = reply.send(Err(PoolError::Upstream(auth.clone())));
                         } else {
                             let _ = reply.send(Err(PoolError::Backoff {
                                 reason: reason.clone(),
@@ -269,6 +303,12 @@ impl Actor for ConnectionActor {
                             let _ = waiter.send(Ok(state.lease(&myself, &client)));
                         }
                     }
+                    Err(error @ McpError::AuthRequired(_)) => {
+                        state.mark_auth_required(&error);
+                        for waiter in waiters {
+                            let _ = waiter.send(Err(PoolError::Upstream(error.clone())));
+                        }
+                    }
                     Err(error) => {
                         let retry_in = state.backoff.next().unwrap_or(Duration::from_secs(60));
                         state.mark_failed(error.to_string(), retry_in);
@@ -290,6 +330,9 @@ impl Actor for ConnectionActor {
                 UpstreamEvents::ToolsChanged => state.catalogs.invalidate_tools(&state.key).await,
                 UpstreamEvents::ResourcesChanged | UpstreamEvents::PromptsChanged => {
                     state.catalogs.invalidate(&state.key).await
+                }
+                UpstreamEvents::Log(_) | UpstreamEvents::ResourceUpdated(_) => {
+                    state.catalogs.announce(&state.key, event)
                 }
             },
             ConnectionMsg::Refresh => {

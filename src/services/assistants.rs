@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
+use crate::domain::tool_name::PrefixMode;
 use crate::domain::{AssistantId, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::Store;
@@ -22,6 +23,8 @@ use crate::store::Store;
 pub struct BindingCache {
     store: Store,
     cache: Cache<(UserId, AssistantId), Arc<Vec<Uuid>>>,
+    /// Each assistant's stored gateway prefix mode (`None`: the service default).
+    prefixes: Cache<(UserId, AssistantId), Option<PrefixMode>>,
     cluster: Cluster,
 }
 
@@ -36,7 +39,33 @@ impl BindingCache {
                 .max_capacity(100_000)
                 .time_to_live(BINDINGS_TTL)
                 .build(),
+            prefixes: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(BINDINGS_TTL)
+                .build(),
         }
+    }
+
+    /// The assistant's own gateway prefix mode, if it has one.
+    pub async fn gateway_prefix(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Option<PrefixMode>> {
+        self.prefixes
+            .try_get_with((user.clone(), assistant.clone()), async {
+                let stored = self
+                    .store
+                    .assistants()
+                    .gateway_prefix(user, assistant)
+                    .await?;
+                Ok::<_, Error>(stored.as_deref().and_then(PrefixMode::parse))
+            })
+            .await
+            .map_err(|e| match Arc::try_unwrap(e) {
+                Ok(error) => error,
+                Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
+            })
     }
 
     pub async fn get(&self, user: &UserId, assistant: &AssistantId) -> Result<Arc<Vec<Uuid>>> {
@@ -57,9 +86,9 @@ impl BindingCache {
     }
 
     pub async fn forget(&self, user: &UserId, assistant: &AssistantId) {
-        self.cache
-            .invalidate(&(user.clone(), assistant.clone()))
-            .await;
+        let key = (user.clone(), assistant.clone());
+        self.cache.invalidate(&key).await;
+        self.prefixes.invalidate(&key).await;
         self.cluster.tell(Note::BindingsChanged);
     }
 
@@ -72,6 +101,7 @@ impl BindingCache {
     /// Bindings changed on another instance.
     pub fn forget_here(&self) {
         self.cache.invalidate_all();
+        self.prefixes.invalidate_all();
     }
 }
 
@@ -131,5 +161,38 @@ impl AssistantService {
             .await?;
         self.bindings.forget(user, assistant).await;
         Ok(ids)
+    }
+
+    /// The assistant's own gateway prefix mode (`None`: it follows `gateway.prefix`).
+    pub async fn gateway_prefix(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Option<PrefixMode>> {
+        self.bindings.gateway_prefix(user, assistant).await
+    }
+
+    /// Sets (or with `None` clears) the assistant's gateway prefix mode; live gateway
+    /// sessions see the new names at their next listing.
+    pub async fn set_gateway_prefix(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        prefix: Option<&str>,
+    ) -> Result<Option<PrefixMode>> {
+        let mode = match prefix {
+            None => None,
+            Some(raw) => Some(PrefixMode::parse(raw).ok_or_else(|| {
+                Error::validation(format!(
+                    "prefix '{raw}' is not one of always, on_collision, never"
+                ))
+            })?),
+        };
+        self.store
+            .assistants()
+            .set_gateway_prefix(user, assistant, mode.map(PrefixMode::as_str))
+            .await?;
+        self.bindings.forget(user, assistant).await;
+        Ok(mode)
     }
 }

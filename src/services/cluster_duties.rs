@@ -127,6 +127,16 @@ impl Services {
                 }
             }
             Note::BindingsChanged => self.bindings.forget_here(),
+            Note::UserEvent { user, name, data } => {
+                // Only names this service publishes travel as notes.
+                let name = match name.as_str() {
+                    "mcp.oauth.completed" => "mcp.oauth.completed",
+                    _ => return,
+                };
+                if let Ok(user) = UserId::parse(user) {
+                    self.events.publish(&user, name, data.clone());
+                }
+            }
             Note::BridgeChanged { user, assistant } => {
                 if let (Ok(user), Ok(assistant)) =
                     (UserId::parse(user), AssistantId::parse(assistant))

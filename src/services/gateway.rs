@@ -3,7 +3,7 @@
 //! calls go through the same connection actors, confirmation rules and limits as the
 //! REST API: auto-approved tools run at once, others are parked until the user decides.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,13 +17,13 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
-use super::{AssistantTools, UpstreamService};
+use super::{AssistantTools, ServerCatalog, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
-use crate::domain::tool_name::gateway_name;
+use crate::domain::tool_name::{PrefixMode, gateway_names};
 use crate::domain::{AssistantId, ToolCallStatus, UserId};
 use crate::error::{Error, Resource as Missing, Result};
-use crate::mcp::Progress;
+use crate::mcp::{Progress, ServerFeatures};
 use crate::security::GeneratedKey;
 use crate::security::api_key::hash_key;
 use crate::store::{GatewayToken, Store};
@@ -35,6 +35,13 @@ pub struct GatewayPrincipal {
     pub assistant: AssistantId,
 }
 
+/// The client side of a gateway call: where its progress goes and who answers what the
+/// server asks meanwhile.
+pub struct GatewayCaller<'a> {
+    pub live: Option<&'a tokio::sync::mpsc::UnboundedSender<Progress>>,
+    pub downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+}
+
 /// The assistant's tools under their gateway names.
 pub struct GatewayTools {
     pub listing: AssistantTools,
@@ -42,6 +49,11 @@ pub struct GatewayTools {
     names: HashMap<String, usize>,
     /// Gateway names in the listing's order.
     pub ordered: Vec<String>,
+    /// The naming this view was built with.
+    pub mode: PrefixMode,
+    /// Tools not offered because another server's tool has the same name (`never`):
+    /// (server name, tool name).
+    pub hidden: Vec<(String, String)>,
 }
 
 impl GatewayTools {
@@ -66,6 +78,41 @@ pub struct GatewayService {
     confirmations: Confirmations,
     /// Accepted tokens by digest; a deleted token is forgotten at once on this instance.
     accepted: Cache<String, GatewayPrincipal>,
+    /// Bindings and each assistant's prefix mode.
+    bindings: super::assistants::BindingCache,
+    /// The last tool view built per (user, assistant), with what it was built from.
+    views: Cache<(UserId, AssistantId), Arc<ToolView>>,
+}
+
+/// A built tool view and its sources: each bound server's runtime and catalog. Any change
+/// that matters (a `list_changed`, a refresh, a server or binding change) replaces one of
+/// those `Arc`s or the list itself, so an equal list means the view is still exact.
+/// Holding the `Arc`s keeps their addresses from being reused while compared.
+struct ToolView {
+    mode: PrefixMode,
+    sources: Vec<(Uuid, Option<Sources>)>,
+    tools: Arc<GatewayTools>,
+}
+
+type Sources = (
+    Arc<crate::pool::ServerRuntime>,
+    Arc<crate::pool::ToolCatalog>,
+);
+
+impl ToolView {
+    fn built_from(&self, mode: PrefixMode, catalogs: &[ServerCatalog]) -> bool {
+        self.mode == mode
+            && self.sources.len() == catalogs.len()
+            && self.sources.iter().zip(catalogs).all(|((id, kept), now)| {
+                *id == now.server_id
+                    && match (kept, &now.listing) {
+                        (Some((runtime, catalog)), Ok((now_runtime, now_catalog))) => {
+                            Arc::ptr_eq(runtime, now_runtime) && Arc::ptr_eq(catalog, now_catalog)
+                        }
+                        _ => false,
+                    }
+            })
+    }
 }
 
 /// A token's prefix kept in clear so people can tell their tokens apart.
@@ -77,6 +124,7 @@ impl GatewayService {
         settings: Arc<Settings>,
         upstream: UpstreamService,
         confirmations: Confirmations,
+        bindings: super::assistants::BindingCache,
     ) -> Self {
         let accepted = Cache::builder()
             .max_capacity(10_000)
@@ -88,6 +136,11 @@ impl GatewayService {
             upstream,
             confirmations,
             accepted,
+            bindings,
+            views: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
         }
     }
 
@@ -173,43 +226,105 @@ impl GatewayService {
         Ok(principal)
     }
 
-    fn name_of(&self, server: &str, item: &str) -> String {
-        gateway_name(server, &self.settings.gateway.separator, item)
+    /// The assistant's prefix mode: its own, else the service's.
+    async fn prefix_mode(&self, principal: &GatewayPrincipal) -> Result<PrefixMode> {
+        let own = self
+            .bindings
+            .gateway_prefix(&principal.user, &principal.assistant)
+            .await?;
+        Ok(own.unwrap_or_else(|| {
+            PrefixMode::parse(&self.settings.gateway.prefix).unwrap_or_default()
+        }))
     }
 
-    pub async fn tools(&self, principal: &GatewayPrincipal) -> Result<GatewayTools> {
-        let listing = self
+    /// The assistant's tools under their gateway names: the view built last time when
+    /// nothing it was built from changed (a lookup per bound server), else a new one.
+    pub async fn tools(&self, principal: &GatewayPrincipal) -> Result<Arc<GatewayTools>> {
+        let catalogs = self
             .upstream
-            .assistant_tools(&principal.user, &principal.assistant)
+            .assistant_catalogs(&principal.user, &principal.assistant)
             .await?;
+        let mode = self.prefix_mode(principal).await?;
+        let key = (principal.user.clone(), principal.assistant.clone());
+        if let Some(view) = self.views.get(&key).await
+            && view.built_from(mode, &catalogs)
+        {
+            return Ok(view.tools.clone());
+        }
+        let sources = catalogs
+            .iter()
+            .map(|c| (c.server_id, c.listing.as_ref().ok().cloned()))
+            .collect();
+        let all_listed = catalogs.iter().all(|c| c.listing.is_ok());
+        let tools = Arc::new(self.name_tools(mode, AssistantTools::assemble(catalogs)));
+        // A view with a failing server is not kept: its error may pass at the next call.
+        if all_listed {
+            self.views
+                .insert(
+                    key,
+                    Arc::new(ToolView {
+                        mode,
+                        sources,
+                        tools: tools.clone(),
+                    }),
+                )
+                .await;
+        }
+        Ok(tools)
+    }
+
+    fn name_tools(&self, mode: PrefixMode, listing: AssistantTools) -> GatewayTools {
+        let items: Vec<(&str, &str)> = listing
+            .tools
+            .iter()
+            .map(|t| (t.server.server.spec.name.as_str(), t.tool.name.as_ref()))
+            .collect();
         let mut names = HashMap::new();
         let mut ordered = Vec::new();
-        for (index, tool) in listing.tools.iter().enumerate() {
-            let name = self.name_of(tool.server.server.spec.name.as_str(), &tool.tool.name);
-            if names.insert(name.clone(), index).is_none() {
-                ordered.push(name);
-            } else {
-                tracing::warn!(%name, "two tools share a gateway name; the first is offered");
+        let mut hidden = Vec::new();
+        for (index, name) in gateway_names(mode, &self.settings.gateway.separator, &items)
+            .into_iter()
+            .enumerate()
+        {
+            match name {
+                Some(name) => {
+                    names.insert(name.clone(), index);
+                    ordered.push(name);
+                }
+                None => {
+                    let (server, tool) = items[index];
+                    tracing::info!(
+                        server,
+                        tool,
+                        "a tool is not offered by the gateway: another bound server's tool has its name"
+                    );
+                    hidden.push((server.to_owned(), tool.to_owned()));
+                }
             }
         }
-        Ok(GatewayTools {
+        drop(items);
+        GatewayTools {
             listing,
             names,
             ordered,
-        })
+            mode,
+            hidden,
+        }
     }
 
-    /// Calls a tool by its gateway name. Progress goes to `live`; `cancel` abandons the
-    /// call (the upstream is told) or cancels it while it waits for approval.
+    /// Calls a tool by its gateway name. Progress goes to `caller.live`, what the server
+    /// asks meanwhile to `caller.downstream`; `cancel` abandons the call (the upstream is
+    /// told) or cancels it while it waits for approval.
     pub async fn call(
         &self,
         principal: &GatewayPrincipal,
         name: &str,
         arguments: Option<JsonObject>,
-        live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+        caller: GatewayCaller<'_>,
         cancel: &CancellationToken,
         max_result_bytes: usize,
     ) -> Result<CallToolResult> {
+        let live = caller.live;
         let tools = self.tools(principal).await?;
         let Some(&index) = tools.names.get(name) else {
             return Err(Error::NotFound(Missing::Tool, name.to_owned()));
@@ -226,6 +341,7 @@ impl GatewayService {
                 &tool.tool.name,
                 arguments,
                 live,
+                caller.downstream,
             );
             return tokio::select! {
                 report = call => Ok(limited(report?.outcome.result)),
@@ -307,6 +423,156 @@ impl GatewayService {
         Ok(servers)
     }
 
+    /// What the assistant's servers support together: a capability is offered when one
+    /// of them has it. A server that cannot be reached adds nothing.
+    pub async fn features(&self, principal: &GatewayPrincipal) -> Result<ServerFeatures> {
+        let mut all = ServerFeatures::default();
+        for (id, _) in self.servers(principal).await? {
+            if let Ok(one) = self
+                .upstream
+                .features(&principal.user, &id.to_string())
+                .await
+            {
+                all.resources |= one.resources;
+                all.prompts |= one.prompts;
+                all.logging |= one.logging;
+                all.completions |= one.completions;
+                all.subscribe |= one.subscribe;
+            }
+        }
+        Ok(all)
+    }
+
+    /// The ids of the assistant's active servers.
+    pub async fn server_ids(&self, principal: &GatewayPrincipal) -> Result<HashSet<Uuid>> {
+        Ok(self
+            .servers(principal)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// `logging/setLevel` on every bound server that logs.
+    #[allow(deprecated)]
+    pub async fn set_log_level(
+        &self,
+        principal: &GatewayPrincipal,
+        level: rmcp::model::LoggingLevel,
+    ) -> Result<()> {
+        for (id, _) in self.servers(principal).await? {
+            let id = id.to_string();
+            if self
+                .upstream
+                .features(&principal.user, &id)
+                .await
+                .is_ok_and(|f| f.logging)
+                && let Err(error) = self
+                    .upstream
+                    .set_log_level(&principal.user, &id, level)
+                    .await
+            {
+                tracing::info!(server = %id, %error, "a server refused logging/setLevel");
+            }
+        }
+        Ok(())
+    }
+
+    /// `completion/complete`: a prompt argument goes to the prompt's server (under its
+    /// own name there), a resource template's to the servers that complete, first answer.
+    pub async fn complete(
+        &self,
+        principal: &GatewayPrincipal,
+        mut params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult> {
+        use rmcp::model::Reference;
+        let candidates: Vec<Uuid> = match &params.r#ref {
+            Reference::Prompt(prompt) => {
+                let Some((id, _, original)) = self
+                    .named_prompts(principal)
+                    .await?
+                    .into_iter()
+                    .find(|(_, name, _)| *name == prompt.name)
+                else {
+                    return Err(Error::NotFound(Missing::Prompt, prompt.name.clone()));
+                };
+                params.r#ref = Reference::for_prompt(original.name);
+                vec![id]
+            }
+            _ => self
+                .servers(principal)
+                .await?
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect(),
+        };
+        let mut last_error = None;
+        for id in candidates {
+            let id = id.to_string();
+            if !self
+                .upstream
+                .features(&principal.user, &id)
+                .await
+                .is_ok_and(|f| f.completions)
+            {
+                continue;
+            }
+            match self
+                .upstream
+                .complete(&principal.user, &id, params.clone())
+                .await
+            {
+                Ok(result) => return Ok(result),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        match last_error {
+            Some(error) => Err(error),
+            None => Ok(rmcp::model::CompleteResult::default()),
+        }
+    }
+
+    /// `resources/subscribe` or `resources/unsubscribe` on every bound server that
+    /// supports subscriptions; fine when one of them accepts.
+    pub async fn subscription(
+        &self,
+        principal: &GatewayPrincipal,
+        uri: &str,
+        subscribe: bool,
+    ) -> Result<()> {
+        let mut accepted = false;
+        let mut last_error = None;
+        for (id, _) in self.servers(principal).await? {
+            let id = id.to_string();
+            if !self
+                .upstream
+                .features(&principal.user, &id)
+                .await
+                .is_ok_and(|f| f.subscribe)
+            {
+                continue;
+            }
+            match self
+                .upstream
+                .subscription(&principal.user, &id, uri, subscribe)
+                .await
+            {
+                Ok(()) => accepted = true,
+                Err(error) => last_error = Some(error),
+            }
+        }
+        match (accepted, last_error) {
+            (true, _) => Ok(()),
+            (false, Some(error)) => Err(error),
+            (false, None) => Err(Error::NotFound(Missing::Resource, uri.to_owned())),
+        }
+    }
+
+    /// Every server's log messages and resource updates (filter by user and server).
+    pub fn notices(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::pool::UpstreamNotice>> {
+        self.upstream.notices()
+    }
+
     /// Every bound server's resources; a failing server is left out.
     pub async fn resources(
         &self,
@@ -361,23 +627,46 @@ impl GatewayService {
         Err(last_error.unwrap_or_else(|| Error::NotFound(Missing::Resource, uri.to_owned())))
     }
 
-    /// Every bound server's prompts under gateway names.
-    pub async fn prompts(&self, principal: &GatewayPrincipal) -> Result<Vec<Prompt>> {
-        let mut prompts = Vec::new();
-        for (id, name) in self.servers(principal).await? {
-            if let Ok(listed) = self
+    /// Every bound server's prompts under gateway names, with the server each one is
+    /// from; named by the assistant's prefix mode like its tools.
+    async fn named_prompts(
+        &self,
+        principal: &GatewayPrincipal,
+    ) -> Result<Vec<(Uuid, String, Prompt)>> {
+        let mut listed = Vec::new();
+        for (id, server) in self.servers(principal).await? {
+            if let Ok(prompts) = self
                 .upstream
                 .prompts(&principal.user, &id.to_string())
                 .await
             {
-                prompts.extend(listed.iter().map(|prompt| {
-                    let mut prompt = prompt.clone();
-                    prompt.name = self.name_of(&name, &prompt.name);
-                    prompt
-                }));
+                listed.extend(prompts.iter().map(|p| (id, server.clone(), p.clone())));
             }
         }
-        Ok(prompts)
+        let mode = self.prefix_mode(principal).await?;
+        let items: Vec<(&str, &str)> = listed
+            .iter()
+            .map(|(_, server, prompt)| (server.as_str(), prompt.name.as_str()))
+            .collect();
+        let names = gateway_names(mode, &self.settings.gateway.separator, &items);
+        drop(items);
+        Ok(listed
+            .into_iter()
+            .zip(names)
+            .filter_map(|((id, _, prompt), name)| name.map(|name| (id, name, prompt)))
+            .collect())
+    }
+
+    pub async fn prompts(&self, principal: &GatewayPrincipal) -> Result<Vec<Prompt>> {
+        Ok(self
+            .named_prompts(principal)
+            .await?
+            .into_iter()
+            .map(|(_, name, mut prompt)| {
+                prompt.name = name;
+                prompt
+            })
+            .collect())
     }
 
     pub async fn get_prompt(
@@ -386,25 +675,17 @@ impl GatewayService {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<GetPromptResult> {
-        for (id, server) in self.servers(principal).await? {
-            let Ok(listed) = self
-                .upstream
-                .prompts(&principal.user, &id.to_string())
-                .await
-            else {
-                continue;
-            };
-            if let Some(prompt) = listed
-                .iter()
-                .find(|p| self.name_of(&server, &p.name) == name)
-            {
-                return self
-                    .upstream
-                    .get_prompt(&principal.user, &id.to_string(), &prompt.name, arguments)
-                    .await;
-            }
-        }
-        Err(Error::NotFound(Missing::Prompt, name.to_owned()))
+        let Some((id, _, prompt)) = self
+            .named_prompts(principal)
+            .await?
+            .into_iter()
+            .find(|(_, gateway_name, _)| gateway_name == name)
+        else {
+            return Err(Error::NotFound(Missing::Prompt, name.to_owned()));
+        };
+        self.upstream
+            .get_prompt(&principal.user, &id.to_string(), &prompt.name, arguments)
+            .await
     }
 
     pub fn pool_changes(&self) -> tokio::sync::broadcast::Receiver<crate::pool::ConnectionKey> {

@@ -47,6 +47,9 @@ pub struct FileServer {
     #[serde(default)]
     pub disabled_tools: Vec<String>,
     pub timeout_secs: Option<u32>,
+    /// `{clientId, clientSecret, scopes}`: the OAuth client each user authorizes with.
+    #[serde(default)]
+    pub oauth: Option<crate::domain::OAuthClientSettings>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +171,7 @@ impl GlobalServers {
                 ("args", !source.args.is_empty()),
                 ("env", !source.env.is_empty()),
                 ("embedded", source.embedded.is_some()),
+                ("oauth", source.oauth.is_some()),
             ];
             match given
                 .iter()
@@ -194,7 +198,7 @@ impl GlobalServers {
                 }))
             }
             kind @ ("streamableHttp" | "sse") => {
-                fields_of(kind, &["url", "headers"])?;
+                fields_of(kind, &["url", "headers", "oauth"])?;
                 let url = source.url.as_deref().ok_or("url is required")?;
                 let url = url::Url::parse(url).map_err(|e| format!("url: {e}"))?;
                 if !matches!(url.scheme(), "http" | "https") {
@@ -203,6 +207,7 @@ impl GlobalServers {
                 let endpoint = RemoteEndpoint {
                     url: SecretUrl::new(url),
                     headers: SecretMap::new(source.headers.clone()),
+                    oauth: source.oauth.clone().unwrap_or_default(),
                 };
                 Ok(if kind == "sse" {
                     Transport::Sse(endpoint)

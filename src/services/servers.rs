@@ -3,15 +3,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::normalize_tool_list;
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
-    EmbeddedKind, MASK, McpServer, RemoteEndpoint, SecretMap, SecretUrl, ServerName, ServerSpec,
-    StdioLaunch, Transport, TransportKind, UserId,
+    EmbeddedKind, MASK, McpServer, OAuthClientSettings, RemoteEndpoint, SecretMap, SecretUrl,
+    ServerName, ServerSpec, StdioLaunch, Transport, TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionKey, Pool};
@@ -37,6 +38,9 @@ pub struct ServerInput {
     #[serde(alias = "url")]
     pub base_url: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
+    /// The OAuth client for a server whose authorization server offers neither a client
+    /// metadata document nor dynamic registration, and the scopes to ask for.
+    pub oauth: Option<OAuthInput>,
     #[serde(alias = "timeout")]
     pub timeout_secs: Option<u32>,
     pub preset: Option<String>,
@@ -52,6 +56,68 @@ pub struct ServerInput {
     pub embedded: Option<String>,
 }
 
+/// A server's OAuth client as the API shows and takes it.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OAuthInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// `********` keeps the stored secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+impl OAuthInput {
+    pub fn masked(settings: &OAuthClientSettings) -> Self {
+        Self {
+            client_id: settings.client_id.clone(),
+            client_secret: settings.client_secret.as_ref().map(|_| MASK.to_owned()),
+            scopes: settings.scopes.clone(),
+        }
+    }
+
+    /// Validated settings; a masked secret keeps `current`'s.
+    fn apply(self, current: &OAuthClientSettings) -> Result<OAuthClientSettings> {
+        let clean = |field: &str, value: Option<String>| -> Result<Option<String>> {
+            match value.map(|v| v.trim().to_owned()) {
+                Some(v) if v.is_empty() => Ok(None),
+                Some(v) if v.len() > 2048 || v.chars().any(char::is_control) => {
+                    Err(Error::validation(format!(
+                        "oauth.{field} must be 1 to 2048 printable characters"
+                    )))
+                }
+                other => Ok(other),
+            }
+        };
+        let client_secret = match self.client_secret.as_deref() {
+            Some(MASK) => current.client_secret.clone(),
+            _ => clean("clientSecret", self.client_secret)?,
+        };
+        let client_id = clean("clientId", self.client_id)?;
+        if client_secret.is_some() && client_id.is_none() {
+            return Err(Error::validation("oauth.clientSecret needs oauth.clientId"));
+        }
+        if self.scopes.len() > 32
+            || self.scopes.iter().any(|s| {
+                s.is_empty()
+                    || s.len() > 256
+                    || s.chars().any(|c| c.is_whitespace() || c.is_control())
+            })
+        {
+            return Err(Error::validation(
+                "oauth.scopes must be at most 32 scope tokens without spaces",
+            ));
+        }
+        Ok(OAuthClientSettings {
+            client_id,
+            client_secret,
+            scopes: self.scopes,
+        })
+    }
+}
+
 #[derive(Clone)]
 pub struct ServerService {
     store: Store,
@@ -63,12 +129,15 @@ pub struct ServerService {
     bindings: super::assistants::BindingCache,
     /// Other instances close their connections to a changed server too.
     cluster: Cluster,
+    /// Deleting a server revokes and forgets its users' tokens.
+    oauth: super::OAuthService,
 }
 
 /// An embedded server: only its kind, nothing of the other transports.
 fn embedded_transport(input: &ServerInput, current: Option<&Transport>) -> Result<Transport> {
     let foreign = [
         ("baseUrl", input.base_url.is_some()),
+        ("oauth", input.oauth.is_some()),
         ("headers", input.headers.is_some()),
         ("preset", input.preset.is_some()),
         ("presetArgs", input.preset_args.is_some()),
@@ -98,6 +167,7 @@ impl ServerService {
         pool: Pool,
         bindings: super::assistants::BindingCache,
         cluster: Cluster,
+        oauth: super::OAuthService,
     ) -> Self {
         Self {
             store,
@@ -106,6 +176,7 @@ impl ServerService {
             pool,
             bindings,
             cluster,
+            oauth,
         }
     }
 
@@ -185,6 +256,10 @@ impl ServerService {
         }
         self.bindings.forget_all();
         self.stop_everywhere(user, uuid).await;
+        // The server is gone either way; a failure here leaves only unusable rows.
+        if let Err(error) = self.oauth.server_deleted(user, uuid).await {
+            tracing::warn!(%error, server = %uuid, "could not forget the server's OAuth tokens");
+        }
         tracing::info!(user = %user, server = %uuid, "MCP server deleted");
         Ok(())
     }
@@ -324,7 +399,16 @@ impl ServerService {
             }
             None => current_headers,
         };
-        let endpoint = RemoteEndpoint { url, headers };
+        let current_oauth = current.map(|e| e.oauth.clone()).unwrap_or_default();
+        let oauth = match input.oauth.clone() {
+            Some(update) => update.apply(&current_oauth)?,
+            None => current_oauth,
+        };
+        let endpoint = RemoteEndpoint {
+            url,
+            headers,
+            oauth,
+        };
         Ok(match kind {
             TransportKind::Sse => Transport::Sse(endpoint),
             _ => Transport::StreamableHttp(endpoint),
@@ -336,9 +420,9 @@ impl ServerService {
         input: &ServerInput,
         current: Option<&StdioLaunch>,
     ) -> Result<Transport> {
-        if input.base_url.is_some() || input.headers.is_some() {
+        if input.base_url.is_some() || input.headers.is_some() || input.oauth.is_some() {
             return Err(Error::validation(
-                "baseUrl and headers only apply to sse and streamableHttp servers",
+                "baseUrl, headers and oauth only apply to sse and streamableHttp servers",
             ));
         }
         if input.embedded.is_some() {

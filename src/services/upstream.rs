@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
 use crate::domain::{AssistantId, McpServer, SecretUrl, Transport, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::mcp::{CallOutcome, UpstreamSpec, UpstreamTransport};
+use crate::mcp::{CallOutcome, ServerFeatures, UpstreamSpec, UpstreamTransport};
 use crate::pool::{
     ConnectionInfo, ConnectionKey, Lease, Pool, ResourceCatalog, ServerRuntime, ToolCatalog,
 };
@@ -65,7 +65,54 @@ pub struct AssistantTools {
     pub unavailable: Vec<UnavailableServer>,
 }
 
+/// One bound server's part of an assistant's tools.
+pub struct ServerCatalog {
+    pub server_id: Uuid,
+    pub listing: Result<(Arc<ServerRuntime>, Arc<ToolCatalog>)>,
+}
+
 impl AssistantTools {
+    /// Names the enabled tools of the servers that listed theirs uniquely.
+    pub fn assemble(catalogs: Vec<ServerCatalog>) -> Self {
+        let mut tools = Vec::new();
+        let mut unavailable = Vec::new();
+        for ServerCatalog { server_id, listing } in catalogs {
+            match listing {
+                Ok((runtime, catalog)) => {
+                    let spec = &runtime.server.spec;
+                    for tool in &catalog.tools {
+                        if !spec.disabled_tools.iter().any(|t| *t == tool.name) {
+                            tools.push((runtime.clone(), tool.clone(), catalog.clone()));
+                        }
+                    }
+                }
+                // The user switched it off: not an outage.
+                Err(Error::ServerInactive) => {}
+                Err(error) => unavailable.push(UnavailableServer { server_id, error }),
+            }
+        }
+        let table = ToolNameTable::build(tools.iter().map(|(runtime, tool, _)| ToolRef {
+            server_id: runtime.server.id,
+            server_name: runtime.server.spec.name.as_str().to_owned(),
+            tool: tool.name.to_string(),
+        }));
+        let tools = table
+            .iter()
+            .zip(tools)
+            .map(|((name, _), (server, tool, catalog))| AssistantTool {
+                name: name.to_owned(),
+                server,
+                tool,
+                catalog,
+            })
+            .collect();
+        AssistantTools {
+            tools,
+            table,
+            unavailable,
+        }
+    }
+
     /// The tool a model-facing name stands for, through the name table.
     pub fn resolve(&self, name: &str) -> Option<&AssistantTool> {
         self.table.index_of(name).map(|i| &self.tools[i])
@@ -77,6 +124,13 @@ pub struct HealthReport {
     pub latency: Duration,
     pub error: Option<Error>,
     pub connection: Option<ConnectionInfo>,
+}
+
+/// What a server may need from a call's user: their authorization (OAuth) and their
+/// answers (elicitation).
+pub struct UserFacing {
+    pub oauth: super::OAuthService,
+    pub elicitations: super::elicitations::Elicitations,
 }
 
 #[derive(Clone)]
@@ -92,6 +146,10 @@ pub struct UpstreamService {
     bindings: BindingCache,
     /// Per-user limits; tool calls are checked here, the one door every call passes.
     rate_limits: Arc<RateLimits>,
+    /// Users' tokens for OAuth-protected servers, and what to do when one is needed.
+    oauth: super::OAuthService,
+    /// Where a server's questions during a call without a gateway client go: its user.
+    elicitations: super::elicitations::Elicitations,
 }
 
 impl UpstreamService {
@@ -102,7 +160,12 @@ impl UpstreamService {
         pool: Pool,
         globals: Arc<GlobalServers>,
         bindings: BindingCache,
+        user_facing: UserFacing,
     ) -> Self {
+        let UserFacing {
+            oauth,
+            elicitations,
+        } = user_facing;
         let http = crate::mcp::http_client(
             Duration::from_secs(settings.pool.connect_timeout_secs),
             url_policy.clone(),
@@ -117,6 +180,23 @@ impl UpstreamService {
             globals,
             bindings,
             rate_limits,
+            oauth,
+            elicitations,
+        }
+    }
+
+    /// A refusal for want of authorization, with what the owner needs to authorize.
+    async fn explained(&self, user: &UserId, server_id: &str, error: Error) -> Error {
+        match &error {
+            Error::Pool(crate::pool::PoolError::Upstream(crate::mcp::McpError::AuthRequired(
+                challenge,
+            ))) => match Uuid::parse_str(server_id) {
+                Ok(id) if self.globals.get(id).is_none() => {
+                    self.oauth.required(user, id, challenge).await
+                }
+                _ => error,
+            },
+            _ => error,
         }
     }
 
@@ -129,6 +209,13 @@ impl UpstreamService {
     }
 
     async fn lease(&self, user: &UserId, server_id: &str) -> Result<Lease> {
+        match self.lease_unexplained(user, server_id).await {
+            Ok(lease) => Ok(lease),
+            Err(error) => Err(self.explained(user, server_id, error).await),
+        }
+    }
+
+    async fn lease_unexplained(&self, user: &UserId, server_id: &str) -> Result<Lease> {
         let id = Uuid::parse_str(server_id)
             .map_err(|_| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
         if let Some(server) = self.globals.get(id) {
@@ -228,6 +315,12 @@ impl UpstreamService {
                 max_message_bytes: pool.max_message_bytes,
                 url_policy: self.url_policy.clone(),
                 http: self.http.clone(),
+                // Global servers are shared by all users: no one user's tokens.
+                auth: if global {
+                    None
+                } else {
+                    self.oauth.connector(&server)
+                },
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,
@@ -298,11 +391,16 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
     ) -> Result<ToolCallReport> {
-        self.call_tool_reporting(user, server_id, tool, arguments, None)
+        // Its user answers what the server asks meanwhile, on their event stream.
+        let asked = Uuid::parse_str(server_id)
+            .ok()
+            .map(|server| self.elicitations.for_user(user, server));
+        self.call_tool_reporting(user, server_id, tool, arguments, None, asked)
             .await
     }
 
-    /// [`Self::call_tool`], passing progress notifications on as they arrive.
+    /// [`Self::call_tool`], passing progress notifications on as they arrive, and what
+    /// the server asks meanwhile (elicitation, sampling) to `downstream`.
     pub async fn call_tool_reporting(
         &self,
         user: &UserId,
@@ -310,11 +408,14 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
         live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+        downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
     ) -> Result<ToolCallReport> {
         let started = Instant::now();
         self.rate_limits.tool_call(user)?;
         let lease = self.lease(user, server_id).await?;
-        let result = self.call_on_lease(&lease, tool, arguments, live).await;
+        let result = self
+            .call_on_lease(&lease, tool, arguments, live, downstream)
+            .await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
@@ -326,10 +427,10 @@ impl UpstreamService {
             outcome,
             latency,
         );
-        Ok(ToolCallReport {
-            outcome: result?,
-            latency,
-        })
+        match result {
+            Ok(outcome) => Ok(ToolCallReport { outcome, latency }),
+            Err(error) => Err(self.explained(user, server_id, error).await),
+        }
     }
 
     async fn call_on_lease(
@@ -338,6 +439,7 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
         live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+        downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
     ) -> Result<CallOutcome> {
         let spec = &lease.runtime.server.spec;
         if spec.disabled_tools.iter().any(|t| t == tool) {
@@ -371,6 +473,7 @@ impl UpstreamService {
                 lease.runtime.call_timeout,
                 max_total,
                 live,
+                downstream,
             )
             .await
             .inspect_err(|e| self.pool.report(lease, e))?;
@@ -384,51 +487,85 @@ impl UpstreamService {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<AssistantTools> {
+        Ok(AssistantTools::assemble(
+            self.assistant_catalogs(user, assistant).await?,
+        ))
+    }
+
+    /// Each server bound to the assistant (and each global one) with its live runtime and
+    /// tool catalog, or why it has none. Cheap when all are connected: a lease and a
+    /// cache lookup each.
+    pub async fn assistant_catalogs(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Vec<ServerCatalog>> {
         let mut bound = (*self.bindings.get(user, assistant).await?).clone();
         bound.extend(self.globals.ids());
-        let listings = futures::future::join_all(
-            bound
-                .iter()
-                .map(|id| async move { (*id, self.tools(user, &id.to_string()).await) }),
-        )
-        .await;
-        let mut tools = Vec::new();
-        let mut unavailable = Vec::new();
-        for (server_id, listing) in listings {
-            match listing {
-                Ok((runtime, catalog)) => {
-                    let spec = &runtime.server.spec;
-                    for tool in &catalog.tools {
-                        if !spec.disabled_tools.iter().any(|t| *t == tool.name) {
-                            tools.push((runtime.clone(), tool.clone(), catalog.clone()));
-                        }
-                    }
-                }
-                // The user switched it off: not an outage.
-                Err(Error::ServerInactive) => {}
-                Err(error) => unavailable.push(UnavailableServer { server_id, error }),
+        Ok(futures::future::join_all(bound.iter().map(|id| async move {
+            ServerCatalog {
+                server_id: *id,
+                listing: self.tools(user, &id.to_string()).await,
             }
-        }
-        let table = ToolNameTable::build(tools.iter().map(|(runtime, tool, _)| ToolRef {
-            server_id: runtime.server.id,
-            server_name: runtime.server.spec.name.as_str().to_owned(),
-            tool: tool.name.to_string(),
-        }));
-        let tools = table
-            .iter()
-            .zip(tools)
-            .map(|((name, _), (server, tool, catalog))| AssistantTool {
-                name: name.to_owned(),
-                server,
-                tool,
-                catalog,
-            })
-            .collect();
-        Ok(AssistantTools {
-            tools,
-            table,
-            unavailable,
-        })
+        }))
+        .await)
+    }
+
+    /// What the server supports beyond tools, from its `initialize` answer.
+    pub async fn features(&self, user: &UserId, server_id: &str) -> Result<ServerFeatures> {
+        Ok(self.lease(user, server_id).await?.client.capabilities())
+    }
+
+    /// `logging/setLevel` on the user's session with the server (shared by the user's
+    /// callers: the last level set applies to all of them).
+    #[allow(deprecated)]
+    pub async fn set_log_level(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        level: rmcp::model::LoggingLevel,
+    ) -> Result<()> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(lease
+            .client
+            .set_level(level, lease.runtime.call_timeout)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?)
+    }
+
+    pub async fn complete(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(lease
+            .client
+            .complete(params, lease.runtime.call_timeout)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?)
+    }
+
+    /// `resources/subscribe` or `resources/unsubscribe` on the user's session.
+    pub async fn subscription(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        uri: &str,
+        subscribe: bool,
+    ) -> Result<()> {
+        let lease = self.lease(user, server_id).await?;
+        Ok(lease
+            .client
+            .subscription(uri, subscribe, lease.runtime.call_timeout)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e))?)
+    }
+
+    /// Every server's log messages and resource updates (filter by user).
+    pub fn notices(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::pool::UpstreamNotice>> {
+        self.pool.subscribe_notices()
     }
 
     pub async fn resources(&self, user: &UserId, server_id: &str) -> Result<Arc<ResourceCatalog>> {

@@ -7,7 +7,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::StoreError;
-use super::entities::assistant_server;
+use super::entities::{assistant_server, assistant_setting};
 use crate::domain::{AssistantId, UserId};
 
 #[derive(Debug, Clone)]
@@ -18,6 +18,50 @@ pub struct AssistantRepo {
 impl AssistantRepo {
     pub(super) fn new(db: DatabaseConnection) -> Self {
         Self { db }
+    }
+
+    /// The assistant's gateway prefix mode as stored (`None`: the service default).
+    pub async fn gateway_prefix(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(assistant_setting::Entity::find_by_id((
+            user.as_str().to_owned(),
+            assistant.as_str().to_owned(),
+        ))
+        .one(&self.db)
+        .await?
+        .and_then(|row| row.gateway_prefix))
+    }
+
+    pub async fn set_gateway_prefix(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        prefix: Option<&str>,
+    ) -> Result<(), StoreError> {
+        use sea_orm::sea_query::OnConflict;
+        assistant_setting::Entity::insert(assistant_setting::ActiveModel {
+            user_id: Set(user.as_str().to_owned()),
+            assistant_id: Set(assistant.as_str().to_owned()),
+            gateway_prefix: Set(prefix.map(str::to_owned)),
+            updated_at: Set(crate::domain::now()),
+        })
+        .on_conflict(
+            OnConflict::columns([
+                assistant_setting::Column::UserId,
+                assistant_setting::Column::AssistantId,
+            ])
+            .update_columns([
+                assistant_setting::Column::GatewayPrefix,
+                assistant_setting::Column::UpdatedAt,
+            ])
+            .to_owned(),
+        )
+        .exec_without_returning(&self.db)
+        .await?;
+        Ok(())
     }
 
     pub async fn bound_servers(

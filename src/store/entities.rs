@@ -2,12 +2,16 @@
 
 pub mod api_key;
 pub mod assistant_server;
+pub mod assistant_setting;
 pub mod audit_entry;
 pub mod conversation;
 pub mod gateway_token;
 pub mod instance;
 pub mod mcp_server;
 pub mod message;
+pub mod oauth_client;
+pub mod oauth_pending;
+pub mod oauth_token;
 pub mod preset;
 pub mod tool_call;
 pub mod xiaozhi_bridge;

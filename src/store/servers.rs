@@ -212,6 +212,14 @@ impl ServerRepo {
             env: Set(stdio.and_then(|s| seal_map(&self.cipher, &s.env))),
             disabled_tools: Set(serde_json::json!(spec.disabled_tools)),
             auto_approve_tools: Set(serde_json::json!(spec.auto_approve_tools)),
+            oauth_client: Set(spec
+                .transport
+                .remote()
+                .filter(|e| !e.oauth.is_empty())
+                .map(|e| {
+                    self.cipher
+                        .seal(&serde_json::to_string(&e.oauth).expect("settings serialize"))
+                })),
             created_at: Set(server.created_at),
             updated_at: Set(server.updated_at),
         }
@@ -235,6 +243,16 @@ impl ServerRepo {
                 let endpoint = RemoteEndpoint {
                     url: self.open_url(row.base_url.as_deref(), row.base_url_sealed.as_deref())?,
                     headers: open_map(&self.cipher, row.headers.as_deref())?,
+                    oauth: match row.oauth_client.as_deref() {
+                        Some(sealed) => {
+                            let json = self
+                                .cipher
+                                .open(sealed)
+                                .map_err(|e| corrupt("oauth_client", e))?;
+                            serde_json::from_str(&json).map_err(|e| corrupt("oauth_client", e))?
+                        }
+                        None => Default::default(),
+                    },
                 };
                 if kind == TransportKind::Sse {
                     Transport::Sse(endpoint)

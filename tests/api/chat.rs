@@ -857,3 +857,63 @@ async fn chat_turns_over_the_limit_get_429_before_reaching_the_provider() {
         "the provider saw only the first turn"
     );
 }
+
+#[tokio::test]
+async fn a_servers_question_during_a_turn_is_on_the_chat_stream_and_answered_through_the_api() {
+    let llm = ScriptedLlm::openai().await;
+    let app = spawn_pool_app_with(|settings| {
+        llm.configure(settings, "scripted", &["plain-model"]);
+    })
+    .await;
+    let upstream = crate::upstreams::HttpUpstream::conformance_server().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "every", "baseUrl": format!("{}/mcp", upstream.base),
+                   "autoApproveTools": ["test_elicitation"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    // The everything-server drops a question sent before the pool's GET stream is open.
+    app.user(
+        "u",
+        Method::POST,
+        &format!("/api/mcp-servers/{server}/connect"),
+        None,
+    )
+    .await;
+    llm.push(openai_tool_calls(
+        "Let me ask.",
+        &[(
+            "call_1",
+            "mcp__every__test_elicitation",
+            json!({"message": "Your name?"}),
+        )],
+    ));
+    llm.push(openai_text("Thanks."));
+
+    let mut stream = ChatStream::open(&app, "u", chat_body("ask me")).await;
+    let question = loop {
+        let (name, data) = stream.next().await.expect("the stream goes on");
+        if name == "mcp.elicitation.requested" {
+            break data;
+        }
+    };
+    assert_eq!(question["message"], "Your name?", "{question}");
+    let answered = app
+        .user(
+            "u",
+            Method::POST,
+            &format!("/api/elicitations/{}", question["id"].as_str().unwrap()),
+            Some(json!({"action": "accept", "content": {"response": "Alice"}})),
+        )
+        .await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+    let (name, done) = stream.finish().await;
+    assert_eq!(name, "message.completed", "{done}");
+    let response = done["toolCalls"][0]["response"].to_string();
+    assert!(
+        response.contains("action=accept") && response.contains("Alice"),
+        "{response}"
+    );
+}

@@ -11,13 +11,17 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_pool_app};
+use crate::helpers::{TestApp, spawn_pool_app_with};
 use crate::upstreams::{everything_preset, fixture_preset};
 
 /// User `u`, assistant `a1` bound to the stdio fixture `fx` (echo and crash auto-approved,
 /// add not) and server-everything `every` (echo auto-approved); returns a gateway token.
 pub async fn gateway_app() -> (TestApp, String) {
-    let app = spawn_pool_app().await;
+    gateway_app_with(|_| {}).await
+}
+
+pub async fn gateway_app_with(adjust: impl FnOnce(&mut mcp_pool::Settings)) -> (TestApp, String) {
+    let app = spawn_pool_app_with(adjust).await;
     app.create_preset_ok(fixture_preset()).await;
     app.create_preset_ok(everything_preset()).await;
     let fx = app
@@ -421,6 +425,17 @@ async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
 #[tokio::test]
 async fn a_sessions_tasks_end_with_it_and_unknown_sessions_answer_404() {
     let (app, token) = gateway_app().await;
+    sessions_end(app, token, true).await;
+}
+
+#[tokio::test]
+async fn a_session_left_idle_ends_with_its_tasks() {
+    let (app, token) = gateway_app_with(|s| s.gateway.session_idle_secs = 1).await;
+    sessions_end(app, token, false).await;
+}
+
+/// Opens 30 sessions and sees their tasks go: after DELETE (`delete`) or idle expiry.
+async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
     // No kept-alive connections: their tasks would blur the count.
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -482,6 +497,19 @@ async fn a_sessions_tasks_end_with_it_and_unknown_sessions_answer_404() {
     let baseline = alive();
     let sessions = futures::future::join_all((0..30).map(|_| open())).await;
     assert!(alive() >= baseline + 30, "each session holds tasks");
+    if !delete_them {
+        crate::upstreams::eventually("the idle sessions' tasks are gone", || async {
+            alive() <= baseline + 3
+        })
+        .await;
+        let expired = delete(sessions[0].clone()).await.unwrap();
+        assert_eq!(
+            expired.status(),
+            StatusCode::NOT_FOUND,
+            "an expired session is gone"
+        );
+        return;
+    }
     for session in &sessions {
         let deleted = delete(session.clone()).await.unwrap();
         assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
@@ -497,4 +525,147 @@ async fn a_sessions_tasks_end_with_it_and_unknown_sessions_answer_404() {
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     let body: Value = unknown.json().await.unwrap();
     assert_eq!(body["error"]["code"], "GATEWAY_SESSION_NOT_FOUND", "{body}");
+}
+
+#[tokio::test]
+async fn the_cached_tool_view_follows_server_and_binding_changes() {
+    let (app, token) = gateway_app().await;
+    let client = connect(&app, "a1", &token).await;
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+    let before = names(client.list_all_tools().await.unwrap());
+    assert!(before.contains(&"fx.echo".to_owned()), "{before:?}");
+    assert!(before.iter().any(|n| n.starts_with("every.")), "{before:?}");
+    // Twice the same: the second comes from the cached view.
+    assert_eq!(names(client.list_all_tools().await.unwrap()), before);
+
+    let servers = app.user("u", Method::GET, "/api/mcp-servers", None).await;
+    let fx = servers.body["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "fx")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let updated = app
+        .user(
+            "u",
+            Method::PUT,
+            &format!("/api/mcp-servers/{fx}"),
+            Some(json!({"disabledTools": ["echo"]})),
+        )
+        .await;
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
+    let after_update = names(client.list_all_tools().await.unwrap());
+    assert!(
+        !after_update.contains(&"fx.echo".to_owned()),
+        "{after_update:?}"
+    );
+    assert!(
+        after_update.contains(&"fx.add".to_owned()),
+        "{after_update:?}"
+    );
+
+    app.bind_ok("u", "a1", [&fx]).await;
+    let after_unbind = names(client.list_all_tools().await.unwrap());
+    assert!(
+        !after_unbind.iter().any(|n| n.starts_with("every.")),
+        "{after_unbind:?}"
+    );
+    let result = client
+        .call_tool(call("every.echo", json!({"message": "x"})))
+        .await;
+    assert!(
+        result.is_err(),
+        "an unbound server's tool is not callable: {result:?}"
+    );
+}
+
+#[tokio::test]
+async fn each_prefix_mode_names_tools_and_an_assistant_can_choose_its_own() {
+    let (app, token) = gateway_app().await;
+    let client = connect(&app, "a1", &token).await;
+    let names = || async {
+        let tools = client.list_all_tools().await.unwrap();
+        tools
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect::<Vec<_>>()
+    };
+    let settings = |prefix: Value| {
+        let app = &app;
+        async move {
+            app.user(
+                "u",
+                Method::PUT,
+                "/api/assistants/a1/gateway",
+                Some(json!({"prefix": prefix})),
+            )
+            .await
+        }
+    };
+    // The default: always prefixed.
+    let always = names().await;
+    assert!(
+        always
+            .iter()
+            .all(|n| n.starts_with("fx.") || n.starts_with("every.")),
+        "{always:?}"
+    );
+    let pairs: Vec<(&str, &str)> = always.iter().map(|n| n.split_once('.').unwrap()).collect();
+    let shared = |tool: &str| pairs.iter().filter(|(_, t)| *t == tool).count() > 1;
+    assert!(shared("echo"), "both servers offer echo: {always:?}");
+
+    let set = settings(json!("on_collision")).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.text);
+    assert_eq!(set.body["prefix"], "on_collision");
+    assert_eq!(set.body["effectivePrefix"], "on_collision");
+    let expected: Vec<String> = pairs
+        .iter()
+        .map(|(server, tool)| {
+            if shared(tool) {
+                format!("{server}.{tool}")
+            } else {
+                (*tool).to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(names().await, expected);
+
+    let set = settings(json!("never")).await;
+    assert_eq!(
+        set.body["hiddenTools"],
+        json!([{"serverName": "every", "tool": "echo"}]),
+        "{}",
+        set.text
+    );
+    let never = names().await;
+    assert_eq!(
+        never.iter().filter(|n| *n == "echo").count(),
+        1,
+        "{never:?}"
+    );
+    assert!(never.iter().all(|n| !n.contains('.')), "{never:?}");
+    // The first bound server's echo answers.
+    let result = client
+        .call_tool(call("echo", json!({"text": "from fx"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "from fx");
+
+    let bad = settings(json!("sometimes")).await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text);
+    let cleared = settings(Value::Null).await;
+    assert_eq!(cleared.body["prefix"], Value::Null, "{}", cleared.text);
+    assert_eq!(cleared.body["effectivePrefix"], "always");
+    assert_eq!(names().await, always);
+    // Another user cannot see or change this assistant's settings: theirs are their own.
+    let other = app
+        .user("mallory", Method::GET, "/api/assistants/a1/gateway", None)
+        .await;
+    assert_eq!(other.body["effectivePrefix"], "always", "{}", other.text);
+    assert_eq!(other.body["hiddenTools"], json!([]));
 }

@@ -318,3 +318,78 @@ async fn errors_map_to_grpc_codes_and_users_are_isolated() {
         "{unknown_tool:?}"
     );
 }
+
+#[tokio::test]
+async fn a_servers_question_is_answered_over_grpc() {
+    use mcp_pool::grpc::proto::AnswerElicitationRequest;
+    let app = spawn_pool_app().await;
+    let upstream = crate::upstreams::HttpUpstream::conformance_server().await;
+    crate::elicitation::setup(&app, "u", &upstream).await;
+    let server = crate::elicitation::server_of(&app, "u").await;
+    app.user(
+        "u",
+        reqwest::Method::POST,
+        &format!("/api/mcp-servers/{server}/connect"),
+        None,
+    )
+    .await;
+    let mut events = app
+        .request(reqwest::Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "u")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut grpc = client(&app).await;
+    let mut calling = grpc.clone();
+    let call = calling.call_tool(as_user(
+        &app,
+        "u",
+        CallToolRequest {
+            server_id: server.clone(),
+            tool_name: "test_elicitation".into(),
+            arguments_json: r#"{"message":"Your name?"}"#.into(),
+            ..Default::default()
+        },
+    ));
+    let answering = async {
+        let question = crate::elicitation::next_question(&mut events).await;
+        let id = question["id"].as_str().unwrap().to_owned();
+        let answer = |user: &str, action: &str, content: &str| {
+            as_user(
+                &app,
+                user,
+                AnswerElicitationRequest {
+                    id: id.clone(),
+                    action: action.into(),
+                    content_json: content.into(),
+                },
+            )
+        };
+        let foreign = grpc
+            .answer_elicitation(answer("mallory", "accept", r#"{"response":"x"}"#))
+            .await
+            .unwrap_err();
+        assert_eq!(foreign.code(), Code::NotFound);
+        assert_eq!(error_code(&foreign), "ELICITATION_NOT_FOUND");
+        let wrong = grpc
+            .answer_elicitation(answer("u", "accept", r#"{"response":7}"#))
+            .await
+            .unwrap_err();
+        assert_eq!(error_code(&wrong), "INVALID_ARGUMENTS", "{wrong:?}");
+        grpc.answer_elicitation(answer("u", "accept", r#"{"response":"Grace"}"#))
+            .await
+            .unwrap();
+    };
+    let (called, ()) = tokio::join!(call, answering);
+    let result: Value = serde_json::from_str(&called.unwrap().into_inner().result_json).unwrap();
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("action=accept") && text.contains("Grace"),
+        "{result}"
+    );
+}

@@ -155,9 +155,18 @@ impl TestApp {
 
     /// A second instance of the service on the same database (and data directory, so
     /// the same encryption key), as behind a load balancer.
+    /// On PostgreSQL it returns once this instance knows of the new one (it has heard its
+    /// `Joined` note), so changes made here reach it from the first one.
     pub async fn another_instance(&self) -> TestApp {
         let mut app = start(self.settings.clone(), tempfile::tempdir().unwrap()).await;
         app.service_key = self.service_key.clone();
+        if self.on_postgres() {
+            crate::upstreams::eventually("the first instance knows the new one", || async {
+                let stats = self.admin(Method::GET, "/admin/stats", None).await;
+                stats.body["cluster"]["hasCompany"] == true
+            })
+            .await;
+        }
         app
     }
 

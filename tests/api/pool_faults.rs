@@ -537,3 +537,38 @@ async fn first_calls_racing_share_one_process() {
         .await;
     }
 }
+
+/// A server restarted between two uses (its sessions gone, so it would answer 404 for
+/// the old one): the next call and listing go through on their first try, on a new
+/// session.
+#[tokio::test]
+async fn a_server_that_forgot_the_session_gets_a_new_one_without_a_failed_call() {
+    let port = crate::upstreams::free_port();
+    let upstream = HttpUpstream::fixture(Some(port)).await;
+    let app = spawn_pool_app().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    assert_eq!(
+        app.call("u", &server, "echo", json!({"text": "a"}))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    upstream.kill().await;
+    let _restarted = HttpUpstream::fixture(Some(port)).await;
+    let reply = app.call("u", &server, "echo", json!({"text": "b"})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let listed = app
+        .user(
+            "u",
+            reqwest::Method::GET,
+            &format!("/api/mcp-servers/{server}/tools"),
+            None,
+        )
+        .await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text);
+}

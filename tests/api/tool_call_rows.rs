@@ -278,7 +278,10 @@ async fn the_move_into_rows_can_be_undone() {
     ]);
     insert_old_message(&db, id, &records, 1, Utc::now()).await;
     Migrator::up(&db, None).await.expect("rows");
-    Migrator::down(&db, Some(1)).await.expect("back to arrays");
+    let after_rows = Migrator::migrations().len() as u32 - BEFORE_ROWS;
+    Migrator::down(&db, Some(after_rows))
+        .await
+        .expect("back to arrays");
     let select = Query::select()
         .column("tool_calls")
         .from("messages")

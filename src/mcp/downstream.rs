@@ -1,0 +1,91 @@
+//! Who answers what a server asks back during a call (elicitation, sampling).
+//!
+//! One upstream session serves all of a user's callers, so a server's request must reach
+//! the caller it relates to. Every tool call enters [`Callers`] for its duration, with the
+//! [`Downstream`] that can answer for it, if any (a gateway client); a server request is
+//! answered by the only call in flight. Nobody to ask is an error to the server, never a
+//! made-up answer: `decline` means only that a user declined.
+
+// Sampling is deprecated in 2026-07-28 but is what 2025-11-25 servers use.
+#![allow(deprecated)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+};
+
+/// A caller that can put a server's questions to its user (or model).
+pub trait Downstream: Send + Sync {
+    fn elicit(&self, params: ElicitRequestParams)
+    -> BoxFuture<'_, Result<ElicitResult, ErrorData>>;
+    fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>>;
+}
+
+/// One call in flight: its number and who can answer for it.
+type InFlight = (u64, Option<Arc<dyn Downstream>>);
+
+/// The tool calls in flight on one connection.
+#[derive(Default)]
+pub struct Callers {
+    next: AtomicU64,
+    calls: Mutex<Vec<InFlight>>,
+}
+
+/// Leaves [`Callers`] when the call ends (answered, failed or abandoned).
+pub struct CallerGuard {
+    callers: Arc<Callers>,
+    id: u64,
+}
+
+impl Drop for CallerGuard {
+    fn drop(&mut self) {
+        self.callers
+            .calls
+            .lock()
+            .expect("callers lock")
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Callers {
+    pub fn enter(self: &Arc<Self>, downstream: Option<Arc<dyn Downstream>>) -> CallerGuard {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.calls
+            .lock()
+            .expect("callers lock")
+            .push((id, downstream));
+        CallerGuard {
+            callers: self.clone(),
+            id,
+        }
+    }
+
+    /// Who a server's request goes to: the only call in flight, when it has someone to
+    /// ask. With several calls in flight the request cannot be told apart, so nobody is
+    /// asked rather than the wrong caller.
+    pub fn answering(&self) -> Result<Arc<dyn Downstream>, ErrorData> {
+        let calls = self.calls.lock().expect("callers lock");
+        match calls.as_slice() {
+            [(_, Some(downstream))] => Ok(downstream.clone()),
+            [(_, None)] => Err(ErrorData::invalid_request(
+                "nobody can answer: this call's client does not take requests from the server",
+                None,
+            )),
+            [] => Err(ErrorData::invalid_request(
+                "nobody can answer: no call is in flight on this connection",
+                None,
+            )),
+            _ => Err(ErrorData::invalid_request(
+                "nobody can answer: several calls are in flight and the request names none",
+                None,
+            )),
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Per-user OAuth 2.1 to remote MCP servers: the pieces rmcp's `AuthorizationManager`
+//! (discovery, registration, PKCE, token exchange and refresh) is plugged into here.
+//!
+//! - [`PolicyHttp`]: every request of the OAuth machinery (metadata, registration, token,
+//!   revocation) dials through the URL policy, like server connections do.
+//! - [`TokenStore`]: a (user, server)'s tokens in the database, sealed; refreshes are
+//!   serialized across instances by a lease on the row, so a rotating refresh token is
+//!   never used twice.
+//! - [`CapturedState`]: the PKCE state of a new authorization, kept by the service in
+//!   `oauth_pending` with the rest of the flow (the callback may reach another instance).
+//!
+//! The flows themselves (start, callback, forget) are `services::oauth`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rmcp::transport::auth::{
+    AuthError, CredentialRefreshGuard, CredentialStore, OAuthHttpClient, OAuthHttpClientFuture,
+    OAuthHttpRedirectPolicy, OAuthHttpRequest, StateStore, StoredAuthorizationState,
+    StoredCredentials,
+};
+use uuid::Uuid;
+
+use crate::domain::UserId;
+use crate::store::{Grant, OAuthRepo};
+
+/// Largest answer of an authorization server read (metadata, token, registration).
+const MAX_OAUTH_BODY: usize = 1024 * 1024;
+/// How long one instance may hold the refresh lease of a (user, server).
+const REFRESH_LEASE: Duration = Duration::from_secs(30);
+
+/// Failures of an authorization flow, as its user sees them.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OAuthError {
+    #[error("only sse and streamableHttp servers use OAuth")]
+    NotRemote,
+    #[error("OAuth discovery failed: {0}")]
+    Discovery(String),
+    /// Neither a client metadata document nor dynamic registration is offered.
+    #[error(
+        "the authorization server offers no dynamic client registration; set oauth.clientId (and oauth.clientSecret) on the server: {0}"
+    )]
+    ClientRequired(String),
+    #[error("the authorization server refused: {0}")]
+    AuthorizationServer(String),
+    /// Step-up authorizations in a row reached `oauth.max_step_ups`.
+    #[error(
+        "the MCP server still asks for more scopes ({scopes}) after {attempts} step-up authorizations; giving up"
+    )]
+    ScopeDenied { scopes: String, attempts: u32 },
+    /// The callback's state is unknown, used, expired or foreign.
+    #[error("this authorization link is unknown, already used or expired; start again")]
+    UnknownState,
+}
+
+impl OAuthError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            OAuthError::NotRemote => "OAUTH_NOT_APPLICABLE",
+            OAuthError::Discovery(_) => "OAUTH_DISCOVERY_FAILED",
+            OAuthError::ClientRequired(_) => "OAUTH_CLIENT_REQUIRED",
+            OAuthError::AuthorizationServer(_) => "OAUTH_SERVER_ERROR",
+            OAuthError::ScopeDenied { .. } => "MCP_AUTH_SCOPE_DENIED",
+            OAuthError::UnknownState => "OAUTH_STATE_INVALID",
+        }
+    }
+}
+
+/// rmcp's OAuth HTTP client, on clients that dial only what the URL policy allows.
+pub struct PolicyHttp {
+    follow: reqwest::Client,
+    stop: reqwest::Client,
+}
+
+impl PolicyHttp {
+    pub fn new(policy: Arc<crate::security::UrlPolicy>, timeout: Duration) -> Self {
+        let build = |redirects: reqwest::redirect::Policy| {
+            reqwest::Client::builder()
+                .connect_timeout(timeout)
+                .timeout(timeout)
+                .dns_resolver(crate::security::GuardedResolver(policy.clone()))
+                .redirect(redirects)
+                .build()
+                .expect("a reqwest client with these options builds")
+        };
+        Self {
+            // Every hop of a redirect is dialled through the policy's resolver too.
+            follow: build(reqwest::redirect::Policy::limited(5)),
+            stop: build(reqwest::redirect::Policy::none()),
+        }
+    }
+
+    /// The no-redirect client, for the service's own requests (probe, revocation).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.stop
+    }
+}
+
+impl OAuthHttpClient for PolicyHttp {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            let client = match request.redirect_policy {
+                OAuthHttpRedirectPolicy::Stop => &self.stop,
+                _ => &self.follow,
+            };
+            let (parts, body) = request.request.into_parts();
+            let mut builder = client
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body);
+            if let Some(timeout) = request.timeout {
+                builder = builder.timeout(timeout);
+            }
+            let mut response = builder
+                .send()
+                .await
+                .map_err(|e| Box::new(e.without_url()))?;
+            let mut answer = http::Response::builder().status(response.status());
+            if let Some(headers) = answer.headers_mut() {
+                *headers = response.headers().clone();
+            }
+            let mut bytes = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| Box::new(e.without_url()))?
+            {
+                if bytes.len() + chunk.len() > MAX_OAUTH_BODY {
+                    return Err(format!("an answer over {MAX_OAUTH_BODY} bytes").into());
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(answer.body(bytes)?)
+        })
+    }
+}
+
+/// When the access token of `credentials` expires, if it says.
+pub fn expires_at(credentials: &StoredCredentials) -> Option<DateTime<Utc>> {
+    use oauth2::TokenResponse as _;
+    let expires_in = credentials.token_response.as_ref()?.expires_in()?;
+    let received = credentials.token_received_at?;
+    DateTime::from_timestamp((received + expires_in.as_secs()) as i64, 0)
+}
+
+/// The scopes granted, without the empty one some servers' `"scope": ""` parses to.
+pub fn granted_scopes(credentials: &StoredCredentials) -> Vec<String> {
+    credentials
+        .granted_scopes
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect()
+}
+
+fn store_error(error: impl std::fmt::Display) -> AuthError {
+    AuthError::CredentialStoreError(error.to_string())
+}
+
+/// The tokens of one (user, server), as rmcp's credential store.
+pub struct TokenStore {
+    pub repo: OAuthRepo,
+    pub user: UserId,
+    pub server: Uuid,
+    /// Names this instance in the refresh lease.
+    pub holder: String,
+}
+
+#[async_trait]
+impl CredentialStore for TokenStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        let Some(record) = self
+            .repo
+            .token(&self.user, self.server)
+            .await
+            .map_err(store_error)?
+        else {
+            return Ok(None);
+        };
+        record
+            .credentials
+            .map(|json| serde_json::from_str(&json).map_err(store_error))
+            .transpose()
+    }
+
+    /// A refresh: new tokens for the same grant.
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let json = serde_json::to_string(&credentials).map_err(store_error)?;
+        let scopes = granted_scopes(&credentials);
+        self.repo
+            .save_refreshed(
+                &self.user,
+                self.server,
+                Grant {
+                    credentials: &json,
+                    client: None,
+                    issuer: credentials.issuer.as_deref(),
+                    scopes: &scopes,
+                    expires_at: expires_at(&credentials),
+                },
+            )
+            .await
+            .map_err(store_error)
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.repo
+            .forget(&self.user, self.server)
+            .await
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    /// The refresh token was refused for good: forget it, so the user is asked again.
+    async fn on_refresh_token_rejected(
+        &self,
+        _credentials: &StoredCredentials,
+    ) -> Result<(), AuthError> {
+        self.clear().await
+    }
+
+    async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
+        loop {
+            let now = Utc::now().timestamp_millis();
+            let until = now + REFRESH_LEASE.as_millis() as i64;
+            if self
+                .repo
+                .try_lock_refresh(&self.user, self.server, &self.holder, now, until)
+                .await
+                .map_err(store_error)?
+            {
+                return Ok(Some(CredentialRefreshGuard::new(LeaseGuard {
+                    repo: self.repo.clone(),
+                    user: self.user.clone(),
+                    server: self.server,
+                    holder: self.holder.clone(),
+                })));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(store_error(
+                    "another instance is refreshing this token and did not finish",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Frees the refresh lease when rmcp drops its guard (after the refresh was saved).
+struct LeaseGuard {
+    repo: OAuthRepo,
+    user: UserId,
+    server: Uuid,
+    holder: String,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let (repo, user, server, holder) = (
+            self.repo.clone(),
+            self.user.clone(),
+            self.server,
+            std::mem::take(&mut self.holder),
+        );
+        // A lease left behind (no runtime, a failed write) expires by itself.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = repo.unlock_refresh(&user, server, &holder).await;
+            });
+        }
+    }
+}
+
+/// Catches the state rmcp makes for a new authorization (and hands it back at the
+/// callback), so the service can keep it with the rest of the flow.
+#[derive(Clone, Default)]
+pub struct CapturedState(Arc<Mutex<Option<(String, StoredAuthorizationState)>>>);
+
+impl CapturedState {
+    pub fn with(csrf: String, state: StoredAuthorizationState) -> Self {
+        Self(Arc::new(Mutex::new(Some((csrf, state)))))
+    }
+
+    pub fn take(&self) -> Option<(String, StoredAuthorizationState)> {
+        self.0.lock().expect("state lock").take()
+    }
+}
+
+#[async_trait]
+impl StateStore for CapturedState {
+    async fn save(&self, csrf: &str, state: StoredAuthorizationState) -> Result<(), AuthError> {
+        *self.0.lock().expect("state lock") = Some((csrf.to_owned(), state));
+        Ok(())
+    }
+
+    async fn load(&self, csrf: &str) -> Result<Option<StoredAuthorizationState>, AuthError> {
+        Ok(self
+            .0
+            .lock()
+            .expect("state lock")
+            .as_ref()
+            .filter(|(saved, _)| saved == csrf)
+            .map(|(_, state)| state.clone()))
+    }
+
+    async fn delete(&self, csrf: &str) -> Result<(), AuthError> {
+        let mut slot = self.0.lock().expect("state lock");
+        if slot.as_ref().is_some_and(|(saved, _)| saved == csrf) {
+            *slot = None;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,263 @@
+//! A server's questions back (elicitation) reach the caller of the call they belong to:
+//! the gateway client that made it, or for a REST call its user (event stream, then
+//! `POST /api/elicitations/{id}`), and nobody else; nobody answers on the user's behalf.
+
+use reqwest::{Method, StatusCode};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ElicitRequestParams, ElicitResult, ElicitationAction};
+use rmcp::service::RequestContext;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ErrorData, RoleClient};
+use serde_json::json;
+
+use crate::helpers::{TestApp, spawn_pool_app};
+use crate::upstreams::{HttpUpstream, text_of};
+
+/// A gateway client whose user answers every question with `answer`.
+#[derive(Clone)]
+struct Answering {
+    answer: &'static str,
+}
+
+impl rmcp::ClientHandler for Answering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "answering", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"response": self.answer})))
+    }
+}
+
+pub async fn setup(app: &TestApp, user: &str, upstream: &HttpUpstream) -> String {
+    let server = app
+        .create_server_ok(
+            user,
+            json!({"name": "every", "baseUrl": format!("{}/mcp", upstream.base),
+                   "autoApproveTools": ["test_elicitation"]}),
+        )
+        .await;
+    app.bind_ok(user, "a1", [&server]).await;
+    let created = app
+        .user(
+            user,
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "t"})),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    created.body["token"].as_str().unwrap().to_owned()
+}
+
+fn ask(message: &str) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new("every.test_elicitation");
+    params.arguments = json!({"message": message}).as_object().cloned();
+    params
+}
+
+#[tokio::test]
+async fn a_servers_question_reaches_the_gateway_client_of_its_own_call_only() {
+    let app = spawn_pool_app().await;
+    let upstream = HttpUpstream::conformance_server().await;
+    let alice_token = setup(&app, "alice", &upstream).await;
+    let bob_token = setup(&app, "bob", &upstream).await;
+    let connect = |token: String, answer: &'static str| {
+        let config = StreamableHttpClientTransportConfig::with_uri(format!(
+            "{}/mcp/assistants/a1",
+            app.address
+        ))
+        .auth_header(token);
+        async move {
+            Answering { answer }
+                .serve(StreamableHttpClientTransport::from_config(config))
+                .await
+                .unwrap()
+        }
+    };
+    let alice = connect(alice_token, "from alice").await;
+    let bob = connect(bob_token, "from bob").await;
+
+    // The server's question goes to the gateway client that made the call. (The
+    // everything-server drops a question it sends before the client's GET stream is
+    // open: a first call may come back without an answer.)
+    let mut said = String::new();
+    for _ in 0..3 {
+        let (for_alice, for_bob) =
+            tokio::join!(alice.call_tool(ask("alice?")), bob.call_tool(ask("bob?")));
+        let (for_alice, for_bob) = (for_alice.unwrap(), for_bob.unwrap());
+        said = format!("{:?} | {:?}", for_alice.content, for_bob.content);
+        if said.contains("action=accept") && said.matches("action=accept").count() == 2 {
+            break;
+        }
+    }
+    let (alices, bobs) = said.split_once(" | ").unwrap();
+    assert!(
+        alices.contains("from alice") && !alices.contains("from bob"),
+        "{said}"
+    );
+    assert!(
+        bobs.contains("from bob") && !bobs.contains("from alice"),
+        "{said}"
+    );
+}
+
+/// The next `mcp.elicitation.requested` on a user's event stream.
+pub async fn next_question(
+    events: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+) -> serde_json::Value {
+    use futures::StreamExt;
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), events.next())
+            .await
+            .expect("a question within 20 s")
+            .expect("the stream goes on")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(at) = text.find("event: mcp.elicitation.requested") {
+            let rest = &text[at..];
+            if let Some(data) = rest.lines().find_map(|l| l.strip_prefix("data: "))
+                && rest.contains("\n\n")
+            {
+                return serde_json::from_str(data).unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rest_calls_question_is_parked_for_its_user_and_answered_through_the_api() {
+    let app = crate::helpers::spawn_pool_app_with(|s| s.elicitation.timeout_secs = 2).await;
+    let upstream = HttpUpstream::conformance_server().await;
+    setup(&app, "alice", &upstream).await;
+    let server = server_of(&app, "alice").await;
+    let mut events = app
+        .request(Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "alice")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    // The everything-server drops a question sent before the pool's GET stream is open:
+    // connect first.
+    assert_eq!(
+        app.user(
+            "alice",
+            Method::POST,
+            &format!("/api/mcp-servers/{server}/connect"),
+            None
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let call = {
+        let (app, server) = (&app, server.clone());
+        async move {
+            app.call(
+                "alice",
+                &server,
+                "test_elicitation",
+                json!({"message": "Your name?"}),
+            )
+            .await
+        }
+    };
+    let answering = async {
+        let question = next_question(&mut events).await;
+        assert_eq!(question["message"], "Your name?", "{question}");
+        assert_eq!(question["mode"], "form");
+        assert_eq!(question["serverId"], server.as_str());
+        assert!(
+            question["requestedSchema"]["properties"]["response"].is_object(),
+            "{question}"
+        );
+        let id = question["id"].as_str().unwrap().to_owned();
+        let path = format!("/api/elicitations/{id}");
+        // Only its user can answer it.
+        let foreign = app
+            .user(
+                "bob",
+                Method::POST,
+                &path,
+                Some(json!({"action": "accept", "content": {"response": "bob"}})),
+            )
+            .await;
+        assert_eq!(foreign.code(), "ELICITATION_NOT_FOUND", "{}", foreign.text);
+        // The content must match the schema.
+        let wrong = app
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "accept", "content": {"response": 7}})),
+            )
+            .await;
+        assert_eq!(
+            (wrong.status, wrong.code()),
+            (StatusCode::UNPROCESSABLE_ENTITY, "INVALID_ARGUMENTS"),
+            "{}",
+            wrong.text
+        );
+        let answered = app
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "accept", "content": {"response": "Alice"}})),
+            )
+            .await;
+        assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+        let again = app
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "decline"})),
+            )
+            .await;
+        assert_eq!(
+            again.code(),
+            "ELICITATION_NOT_FOUND",
+            "answered once: {}",
+            again.text
+        );
+    };
+    let (reply, ()) = tokio::join!(call, answering);
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let text = text_of(&reply.body);
+    assert!(
+        text.contains("action=accept") && text.contains("Alice"),
+        "{text}"
+    );
+
+    // Unanswered, the question is withdrawn as a cancel, not answered for the user.
+    let reply = app
+        .call(
+            "alice",
+            &server,
+            "test_elicitation",
+            json!({"message": "Anyone?"}),
+        )
+        .await;
+    let text = text_of(&reply.body);
+    assert!(text.contains("action=cancel"), "{text}");
+}
+
+pub async fn server_of(app: &TestApp, user: &str) -> String {
+    let listed = app.user(user, Method::GET, "/api/mcp-servers", None).await;
+    listed.body["servers"][0]["id"].as_str().unwrap().to_owned()
+}

