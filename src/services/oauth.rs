@@ -7,7 +7,7 @@
 //! flow in the database between the start and the callback (which may reach another
 //! instance), and stores the tokens per (user, server), sealed.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -846,7 +846,7 @@ impl OAuthService {
     pub fn connector(&self, server: &McpServer) -> Option<Arc<dyn UpstreamAuth>> {
         let endpoint = server.spec.transport.remote()?;
         Some(Arc::new(Connector {
-            service: self.clone(),
+            service: Arc::downgrade(&self.inner),
             user: server.user_id.clone(),
             server: server.id,
             resource: resource_url(endpoint),
@@ -893,7 +893,10 @@ fn report(record: Option<TokenRecord>) -> StatusReport {
 
 /// One (user, server)'s tokens for its connections.
 struct Connector {
-    service: OAuthService,
+    /// Weak: the service holds the pool, whose live connections hold this; a strong
+    /// reference would keep the service (and its database pool) alive forever once
+    /// its runtime ended.
+    service: Weak<Inner>,
     user: UserId,
     server: Uuid,
     resource: Url,
@@ -904,7 +907,11 @@ impl UpstreamAuth for Connector {
         &self,
     ) -> futures::future::BoxFuture<'_, Result<Option<AuthorizationManager>, McpError>> {
         Box::pin(async move {
-            let inner = &self.service.inner;
+            let Some(inner) = self.service.upgrade() else {
+                return Err(McpError::Connect("the service is stopping".into()));
+            };
+            let service = OAuthService { inner };
+            let inner = &service.inner;
             let repo = inner.store.oauth();
             let record = repo
                 .token(&self.user, self.server)
@@ -920,8 +927,7 @@ impl UpstreamAuth for Connector {
             };
             let client: ClientRecord = serde_json::from_str(&client)
                 .map_err(|e| McpError::Connect(format!("unreadable OAuth client: {e}")))?;
-            let mut manager = self
-                .service
+            let mut manager = service
                 .manager(&self.resource)
                 .await
                 .map_err(|e| McpError::Connect(e.to_string()))?;

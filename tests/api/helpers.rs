@@ -148,6 +148,12 @@ impl TestApp {
         std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap())
     }
 
+    /// Hands over the data directory and lets the service go without stopping it (it
+    /// ends with its runtime).
+    pub fn into_data_dir(mut self) -> TempDir {
+        std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap())
+    }
+
     /// What SIGTERM does, without waiting for the service to stop.
     pub fn begin_shutdown(&self) {
         self.shutdown.cancel();

@@ -33,6 +33,7 @@ mod rate_limits;
 mod secrets;
 mod servers;
 mod ssrf;
+mod teardown;
 mod tool_call_rows;
 mod tool_calls;
 mod upstreams;
