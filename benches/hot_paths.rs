@@ -111,6 +111,8 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
                 timeout_secs: None,
                 disabled_tools: Vec::new(),
                 auto_approve_tools: Vec::new(),
+                sampling: Default::default(),
+                roots: Vec::new(),
             },
             created_at: now,
             updated_at: now,
@@ -123,6 +125,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             url_policy: policy.clone(),
             http: http_client(Duration::from_secs(5), policy),
             auth: None,
+            roots: Vec::new(),
         },
         call_timeout: Duration::from_secs(5),
     })

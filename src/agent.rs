@@ -97,7 +97,8 @@ pub enum ChatEvent {
     /// A ToolCallRecord changed (`{messageId, toolCall}`), as on `/api/events`.
     ToolCall(Value),
     /// What the user's servers need from them while the turn runs, as on `/api/events`:
-    /// `mcp.elicitation.requested`/`completed`, `mcp.oauth.required`/`completed`.
+    /// `mcp.elicitation.requested`/`completed`, `mcp.sampling.requested`/`completed`,
+    /// `mcp.oauth.required`/`completed`.
     Notice {
         name: &'static str,
         data: Value,

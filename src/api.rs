@@ -19,6 +19,7 @@ mod metrics;
 mod oauth;
 mod openapi;
 mod presets;
+mod sampling;
 mod servers;
 mod upstream;
 
@@ -145,4 +146,5 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(gateway::routes())
         .merge(oauth::routes())
         .merge(elicitations::routes())
+        .merge(sampling::routes())
 }

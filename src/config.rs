@@ -44,6 +44,15 @@ pub struct Settings {
     pub grpc: GrpcSettings,
     pub oauth: OAuthSettings,
     pub elicitation: ElicitationSettings,
+    pub sampling: SamplingTimeouts,
+}
+
+/// Sampling requests of servers whose policy is `ask` (see `services::sampling`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingTimeouts {
+    /// A request not approved within this many seconds is refused.
+    pub timeout_secs: u64,
 }
 
 /// Questions servers ask the users of REST, chat and gRPC calls (see
@@ -322,9 +331,10 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 24] = [
+        let positive: [(&'static str, u64); 25] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
+            ("sampling.timeout_secs", self.sampling.timeout_secs),
             ("oauth.state_ttl_secs", self.oauth.state_ttl_secs),
             (
                 "oauth.max_pending_per_user",

@@ -16,8 +16,8 @@ pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;
 pub use server::{
-    EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, ServerSpec, StdioLaunch,
-    Transport, TransportKind,
+    EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
+    SamplingSettings, ServerSpec, StdioLaunch, Transport, TransportKind,
 };
 pub use tool_call::{ToolCallRecord, ToolCallStatus};
 

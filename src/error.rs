@@ -27,6 +27,8 @@ pub enum Resource {
     GatewaySession,
     /// A server's question parked for its user.
     Elicitation,
+    /// A server's sampling request parked for its user's approval.
+    SamplingRequest,
 }
 
 impl Resource {
@@ -46,6 +48,7 @@ impl Resource {
             Resource::XiaozhiBridge => "XIAOZHI_BRIDGE_NOT_FOUND",
             Resource::GatewaySession => "GATEWAY_SESSION_NOT_FOUND",
             Resource::Elicitation => "ELICITATION_NOT_FOUND",
+            Resource::SamplingRequest => "SAMPLING_REQUEST_NOT_FOUND",
         }
     }
 
@@ -65,6 +68,7 @@ impl Resource {
             Resource::XiaozhiBridge => "Xiaozhi bridge",
             Resource::GatewaySession => "gateway session",
             Resource::Elicitation => "elicitation",
+            Resource::SamplingRequest => "sampling request",
         }
     }
 }

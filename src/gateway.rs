@@ -133,6 +133,22 @@ impl Downstream for PeerDownstream {
             self.0.create_message(params).await.map_err(peer_error)
         })
     }
+
+    fn roots(
+        &self,
+    ) -> futures::future::BoxFuture<'_, Option<Result<rmcp::model::ListRootsResult, ErrorData>>>
+    {
+        Box::pin(async move {
+            let declared = self
+                .0
+                .peer_info()
+                .is_some_and(|info| info.capabilities.roots.is_some());
+            if !declared {
+                return None;
+            }
+            Some(self.0.list_roots().await.map_err(peer_error))
+        })
+    }
 }
 
 /// `URLElicitationRequiredError` (MCP 2025-11-25).

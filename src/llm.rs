@@ -60,6 +60,9 @@ pub struct ChatRequest {
     pub turns: Vec<Turn>,
     /// Empty in prompt mode: the tools are then described in `system`.
     pub tools: Vec<ToolSpec>,
+    /// A limit of the request's own (a server's sampling request), never above
+    /// `llm.max_tokens`; `None` sends `llm.max_tokens` where the provider needs one.
+    pub max_tokens: Option<u32>,
 }
 
 /// A whole answer, assembled from the stream.
@@ -307,7 +310,10 @@ impl ModelHandle {
                     .http
                     .post(format!("{base}/v1/messages"))
                     .header("anthropic-version", "2023-06-01")
-                    .json(&anthropic::request_body(request, settings.max_tokens));
+                    .json(&anthropic::request_body(
+                        request,
+                        request.max_tokens.unwrap_or(settings.max_tokens),
+                    ));
                 if let Some(key) = &self.key {
                     builder = builder.header("x-api-key", key);
                 }

@@ -11,8 +11,10 @@ mod gateway;
 pub mod global_servers;
 mod keys;
 pub mod oauth;
+mod parked;
 mod presets;
 mod rate_limits;
+pub mod sampling;
 mod servers;
 mod tool_calls;
 mod upstream;
@@ -54,6 +56,7 @@ pub struct Services {
     pub upstream: UpstreamService,
     pub oauth: OAuthService,
     pub elicitations: elicitations::Elicitations,
+    pub sampling: sampling::Sampling,
     pub tool_calls: ToolCallService,
     pub chat: ChatService,
     pub gateway: GatewayService,
@@ -84,9 +87,18 @@ impl Services {
             pool.clone(),
             cluster.clone(),
         );
+        let rate_limits = Arc::new(RateLimits::new(&settings.limits));
+        let sampling = sampling::Sampling::new(
+            events.clone(),
+            crate::llm::LlmClient::new(&settings.llm),
+            rate_limits.clone(),
+            std::time::Duration::from_secs(settings.sampling.timeout_secs),
+            settings.llm.max_tokens,
+        );
         let elicitations = elicitations::Elicitations::new(
             events.clone(),
             std::time::Duration::from_secs(settings.elicitation.timeout_secs),
+            sampling.clone(),
         );
         let upstream = UpstreamService::new(
             store.clone(),
@@ -98,6 +110,7 @@ impl Services {
             upstream::UserFacing {
                 oauth: oauth.clone(),
                 elicitations: elicitations.clone(),
+                rate_limits,
             },
         );
         let confirmations = Confirmations::start(ConfirmDeps {
@@ -145,6 +158,7 @@ impl Services {
             ),
             oauth,
             elicitations,
+            sampling,
             tool_calls: ToolCallService::new(
                 store.clone(),
                 settings.clone(),

@@ -42,6 +42,7 @@ async fn main() {
         url_policy: policy.clone(),
         http: http_client(Duration::from_secs(10), policy),
         auth: None,
+        roots: Vec::new(),
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let pooled = Arc::new(connect(&spec, tx).await.unwrap());

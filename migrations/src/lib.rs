@@ -14,6 +14,7 @@ mod m20261124_000006_sealed_base_url;
 mod m20261125_000007_tool_call_rows;
 mod m20261126_000008_oauth;
 mod m20261127_000009_assistant_settings;
+mod m20261128_000010_server_client_features;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000007_tool_call_rows::Migration),
             Box::new(m20261126_000008_oauth::Migration),
             Box::new(m20261127_000009_assistant_settings::Migration),
+            Box::new(m20261128_000010_server_client_features::Migration),
         ]
     }
 }

@@ -312,6 +312,7 @@ impl PreparedTurn {
                         parameters: Value::Object((*tool.tool.input_schema).clone()),
                     })
                     .collect(),
+                max_tokens: None,
             },
             ToolMode::Prompt => {
                 let schemas: Vec<Value> = listing
@@ -338,6 +339,7 @@ impl PreparedTurn {
                     )),
                     turns: turns.to_vec(),
                     tools: Vec::new(),
+                    max_tokens: None,
                 }
             }
         }
@@ -427,10 +429,13 @@ fn model_name(listing: &AssistantTools, server: Option<&str>, tool: &str) -> Str
 }
 
 /// The user's events a chat client needs while its turn runs: its message's tool calls,
-/// and what the user's servers ask of the user (a question, an authorization).
-const NOTICES: [&str; 4] = [
+/// and what the user's servers ask of the user (a question, a sampling approval, an
+/// authorization).
+const NOTICES: [&str; 6] = [
     "mcp.elicitation.requested",
     "mcp.elicitation.completed",
+    "mcp.sampling.requested",
+    "mcp.sampling.completed",
     "mcp.oauth.required",
     "mcp.oauth.completed",
 ];

@@ -59,6 +59,8 @@ pub struct ServerView {
     timeout_secs: Option<u32>,
     disabled_tools: Vec<String>,
     auto_approve_tools: Vec<String>,
+    sampling: crate::domain::SamplingSettings,
+    roots: Vec<crate::domain::RootEntry>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -83,6 +85,8 @@ impl From<McpServer> for ServerView {
             timeout_secs: spec.timeout_secs,
             disabled_tools: spec.disabled_tools,
             auto_approve_tools: spec.auto_approve_tools,
+            sampling: spec.sampling,
+            roots: spec.roots,
             created_at: server.created_at,
             updated_at: server.updated_at,
         };

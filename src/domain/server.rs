@@ -182,6 +182,65 @@ pub struct ServerSpec {
     pub timeout_secs: Option<u32>,
     pub disabled_tools: Vec<String>,
     pub auto_approve_tools: Vec<String>,
+    /// What becomes of the server's sampling requests outside the gateway.
+    pub sampling: SamplingSettings,
+    /// What `roots/list` answers when no gateway client answers it.
+    pub roots: Vec<RootEntry>,
+}
+
+/// A server's sampling policy for REST, chat and gRPC calls (a gateway client answers its
+/// own calls' requests).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplingPolicy {
+    /// Refused (the default: a server spends the user's model only when allowed to).
+    #[default]
+    Deny,
+    /// Parked until the user approves it.
+    Ask,
+    /// Run at once.
+    Auto,
+}
+
+/// The policy and the configured provider and model requests run on.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SamplingSettings {
+    #[serde(default)]
+    pub policy: SamplingPolicy,
+    /// A provider of `[llm.providers]`; required unless the policy is `deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// A model that provider offers; required unless the policy is `deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl SamplingSettings {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A root the server may work in (MCP `Root`): a `file://` URI and an optional name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RootEntry {
+    pub uri: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -52,6 +52,9 @@ pub(super) fn request_body(request: &ChatRequest) -> Value {
         "messages": messages,
         "stream": true,
     });
+    if let Some(max_tokens) = request.max_tokens {
+        body["max_tokens"] = json!(max_tokens);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools

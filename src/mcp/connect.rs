@@ -79,6 +79,8 @@ pub struct UpstreamSpec {
     pub http: reqwest::Client,
     /// The user's OAuth tokens for an HTTP server; `None` for other transports.
     pub auth: Option<std::sync::Arc<dyn super::auth::UpstreamAuth>>,
+    /// What `roots/list` answers when the call's client has no roots of its own.
+    pub roots: Vec<crate::domain::RootEntry>,
 }
 
 impl std::fmt::Debug for dyn super::auth::UpstreamAuth {
@@ -109,7 +111,7 @@ pub async fn connect(
     spec: &UpstreamSpec,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
-    let handler = PoolClientHandler::new(events);
+    let handler = PoolClientHandler::new(events, &spec.roots);
     let challenges = ChallengeSlot::default();
     let manager = match &spec.auth {
         Some(auth) => auth.manager().await?,

@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ListRootsResult,
 };
 
 /// A caller that can put a server's questions to its user (or model).
@@ -26,6 +27,11 @@ pub trait Downstream: Send + Sync {
         &self,
         params: CreateMessageRequestParams,
     ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>>;
+    /// The caller's own roots; `None` when it has none to offer (the server's configured
+    /// roots then answer).
+    fn roots(&self) -> BoxFuture<'_, Option<Result<ListRootsResult, ErrorData>>> {
+        Box::pin(async { None })
+    }
 }
 
 /// One call in flight: its number and who can answer for it.

@@ -1,6 +1,6 @@
 //! The client-side handler: what an upstream may tell us while connected.
 
-// Log notifications are deprecated in 2026-07-28 but are what 2025-11-25 servers send.
+// Log notifications and roots are deprecated in 2026-07-28 but are what 2025-11-25 servers use.
 #![allow(deprecated)]
 
 use rmcp::handler::client::progress::ProgressDispatcher;
@@ -10,12 +10,14 @@ use rmcp::model::{
 };
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ListRootsResult, Root,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use std::sync::Arc;
 
 use super::downstream::Callers;
+use crate::domain::RootEntry;
 use tokio::sync::mpsc;
 
 /// Things an upstream announces: changes its owner (the connection actor) must act on,
@@ -37,14 +39,25 @@ pub struct PoolClientHandler {
     /// Routes elicitation and sampling requests to the caller they relate to.
     pub(super) callers: Arc<Callers>,
     events: mpsc::UnboundedSender<UpstreamEvents>,
+    /// The server's configured roots, for `roots/list` without a client to answer it.
+    roots: Vec<Root>,
 }
 
 impl PoolClientHandler {
-    pub fn new(events: mpsc::UnboundedSender<UpstreamEvents>) -> Self {
+    pub fn new(events: mpsc::UnboundedSender<UpstreamEvents>, roots: &[RootEntry]) -> Self {
+        let roots = roots
+            .iter()
+            .map(|entry| {
+                let mut root = Root::new(&entry.uri);
+                root.name = entry.name.clone();
+                root
+            })
+            .collect();
         Self {
             progress: ProgressDispatcher::new(),
             callers: Arc::default(),
             events,
+            roots,
         }
     }
 }
@@ -52,10 +65,12 @@ impl PoolClientHandler {
 impl ClientHandler for PoolClientHandler {
     fn get_info(&self) -> ClientConfig {
         // Elicitation (form and URL) and sampling: passed to the caller who can answer
-        // (see `downstream`), refused when there is none.
+        // (see `downstream`), refused when there is none. Roots: the calling gateway
+        // client's, else the server's configured list (a change of it reconnects).
         let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
             "elicitation": {"form": {}, "url": {}},
             "sampling": {},
+            "roots": {},
         }))
         .expect("valid client capabilities");
         ClientConfig::new(
@@ -78,6 +93,18 @@ impl ClientHandler for PoolClientHandler {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         self.callers.answering()?.sample(params).await
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        if let Ok(downstream) = self.callers.answering()
+            && let Some(roots) = downstream.roots().await
+        {
+            return roots;
+        }
+        Ok(ListRootsResult::new(self.roots.clone()))
     }
 
     async fn on_progress(

@@ -10,8 +10,7 @@
 // Elicitation's parameters are not deprecated, but the sampling half of `Downstream` is.
 #![allow(deprecated)]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -22,10 +21,11 @@ use rmcp::model::{
     ElicitationAction,
 };
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::domain::UserId;
+use super::parked::Parked;
+use super::sampling::Sampling;
+use crate::domain::{McpServer, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
 use crate::mcp::downstream::Downstream;
@@ -36,36 +36,33 @@ pub struct Answer {
     pub content: Option<Value>,
 }
 
-struct Pending {
-    user: UserId,
-    /// For a form: the schema the content must match.
-    schema: Option<Value>,
-    reply: oneshot::Sender<Answer>,
-}
-
-/// The questions waiting for their users on this instance.
+/// The questions waiting for their users on this instance (for a form: the schema its
+/// content must match).
 #[derive(Clone)]
 pub struct Elicitations {
-    pending: Arc<Mutex<HashMap<Uuid, Pending>>>,
+    pending: Parked<Option<Value>, Answer>,
     events: Arc<EventHub>,
     timeout: Duration,
+    sampling: Sampling,
 }
 
 impl Elicitations {
-    pub fn new(events: Arc<EventHub>, timeout: Duration) -> Self {
+    pub fn new(events: Arc<EventHub>, timeout: Duration, sampling: Sampling) -> Self {
         Self {
-            pending: Arc::default(),
+            pending: Parked::default(),
             events,
             timeout,
+            sampling,
         }
     }
 
-    /// Who answers for `user`'s call to `server`.
-    pub fn for_user(&self, user: &UserId, server: Uuid) -> Arc<dyn Downstream> {
+    /// Who answers for a call to `server` by its user.
+    pub fn for_user(&self, server: &McpServer) -> Arc<dyn Downstream> {
         Arc::new(UserAsked {
             elicitations: self.clone(),
-            user: user.clone(),
-            server,
+            user: server.user_id.clone(),
+            server: server.id,
+            sampling: server.spec.sampling.clone(),
         })
     }
 
@@ -96,27 +93,22 @@ impl Elicitations {
 
     /// `POST /api/elicitations/{id}`: the content of an `accept` must match the schema.
     pub fn answer(&self, user: &UserId, id: &str, answer: Answer) -> Result<()> {
-        let not_found = || Error::NotFound(Resource::Elicitation, id.to_owned());
-        let id = Uuid::parse_str(id).map_err(|_| not_found())?;
-        let mut pending = self.pending.lock().expect("elicitations lock");
-        let Some(question) = pending.get(&id).filter(|q| q.user == *user) else {
-            return Err(not_found());
-        };
-        if answer.action == ElicitationAction::Accept
-            && let Some(schema) = &question.schema
-        {
-            let content = answer.content.clone().unwrap_or_else(|| json!({}));
-            if let Ok(validator) = jsonschema::validator_for(schema) {
-                let problems = crate::pool::schema_problems(&validator, &content, "content");
+        let accepted = (answer.action == ElicitationAction::Accept)
+            .then(|| answer.content.clone().unwrap_or_else(|| json!({})));
+        let check = |schema: &Option<Value>| {
+            if let (Some(content), Some(schema)) = (&accepted, schema)
+                && let Ok(validator) = jsonschema::validator_for(schema)
+            {
+                let problems = crate::pool::schema_problems(&validator, content, "content");
                 if !problems.is_empty() {
                     return Err(Error::InvalidArguments(problems));
                 }
             }
-        }
-        let question = pending.remove(&id).expect("checked above");
-        // The server may have stopped waiting meanwhile; the answer is then dropped.
-        let _ = question.reply.send(answer);
-        Ok(())
+            Ok(())
+        };
+        self.pending
+            .answer(user, id, check, answer)
+            .unwrap_or_else(|| Err(Error::NotFound(Resource::Elicitation, id.to_owned())))
     }
 
     async fn ask(
@@ -125,10 +117,8 @@ impl Elicitations {
         server: Uuid,
         params: ElicitRequestParams,
     ) -> std::result::Result<ElicitResult, ErrorData> {
-        let id = Uuid::new_v4();
         let expires_at: DateTime<Utc> =
             Utc::now() + chrono::Duration::from_std(self.timeout).unwrap_or_default();
-        let (reply, answered) = oneshot::channel();
         let (schema, shown) = match &params {
             ElicitRequestParams::FormElicitationParams {
                 message,
@@ -151,29 +141,22 @@ impl Elicitations {
                 ));
             }
         };
-        self.pending.lock().expect("elicitations lock").insert(
-            id,
-            Pending {
-                user: user.clone(),
-                schema,
-                reply,
-            },
-        );
+        let waiting = self.pending.park(user, schema);
+        let id = waiting.id;
         let mut data = shown;
         data["id"] = json!(id);
         data["serverId"] = json!(server);
         data["expiresAt"] = json!(expires_at);
         self.events.publish(user, "mcp.elicitation.requested", data);
-        let answer = tokio::time::timeout(self.timeout, answered).await;
-        self.pending.lock().expect("elicitations lock").remove(&id);
-        let answer = match answer {
-            Ok(Ok(answer)) => answer,
-            // Nobody answered in time: the question is withdrawn, as a cancel.
-            _ => Answer {
+        // Nobody answered in time: the question is withdrawn, as a cancel.
+        let answer = self
+            .pending
+            .wait(waiting, self.timeout)
+            .await
+            .unwrap_or(Answer {
                 action: ElicitationAction::Cancel,
                 content: None,
-            },
-        };
+            });
         self.events.publish(
             user,
             "mcp.elicitation.completed",
@@ -201,6 +184,7 @@ struct UserAsked {
     elicitations: Elicitations,
     user: UserId,
     server: Uuid,
+    sampling: SamplingSettings,
 }
 
 impl Downstream for UserAsked {
@@ -213,13 +197,12 @@ impl Downstream for UserAsked {
 
     fn sample(
         &self,
-        _params: CreateMessageRequestParams,
+        params: CreateMessageRequestParams,
     ) -> BoxFuture<'_, std::result::Result<CreateMessageResult, ErrorData>> {
-        Box::pin(async {
-            Err(ErrorData::invalid_request(
-                "sampling is only passed to gateway clients that declare it; this call's user has no model to offer",
-                None,
-            ))
-        })
+        Box::pin(
+            self.elicitations
+                .sampling
+                .handle(&self.user, self.server, &self.sampling, params),
+        )
     }
 }

@@ -151,6 +151,8 @@ impl GlobalServers {
                             timeout_secs: source.timeout_secs,
                             disabled_tools: source.disabled_tools.clone(),
                             auto_approve_tools: source.auto_approve_tools.clone(),
+                            sampling: Default::default(),
+                            roots: Vec::new(),
                         },
                         created_at: now,
                         updated_at: now,

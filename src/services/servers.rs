@@ -11,8 +11,9 @@ use super::normalize_tool_list;
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
-    EmbeddedKind, MASK, McpServer, OAuthClientSettings, RemoteEndpoint, SecretMap, SecretUrl,
-    ServerName, ServerSpec, StdioLaunch, Transport, TransportKind, UserId,
+    EmbeddedKind, MASK, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
+    SamplingSettings, SecretMap, SecretUrl, ServerName, ServerSpec, StdioLaunch, Transport,
+    TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionKey, Pool};
@@ -54,6 +55,12 @@ pub struct ServerInput {
     pub auto_approve_tools: Option<Vec<String>>,
     /// Which embedded server (`clock`, `calculator`) for type `embedded`.
     pub embedded: Option<String>,
+    /// What becomes of the server's sampling requests in REST, chat and gRPC calls:
+    /// `{"policy": "deny"}` (the default), or `ask` / `auto` with a configured
+    /// `provider` and `model` to run them on.
+    pub sampling: Option<SamplingSettings>,
+    /// The roots `roots/list` answers when no gateway client answers it (`file://` URIs).
+    pub roots: Option<Vec<RootEntry>>,
 }
 
 /// A server's OAuth client as the API shows and takes it.
@@ -306,9 +313,19 @@ impl ServerService {
                 Some(list) => normalize_tool_list(field, list, limits.max_tool_list_entries),
                 None => Ok(current.cloned().unwrap_or_default()),
             };
+        let sampling = match input.sampling {
+            Some(sampling) => self.checked_sampling(sampling)?,
+            None => current.map(|c| c.sampling.clone()).unwrap_or_default(),
+        };
+        let roots = match input.roots {
+            Some(roots) => checked_roots(roots, limits.max_tool_list_entries)?,
+            None => current.map(|c| c.roots.clone()).unwrap_or_default(),
+        };
         Ok(ServerSpec {
             name,
             transport,
+            sampling,
+            roots,
             is_active: input
                 .is_active
                 .or(current.map(|c| c.is_active))
@@ -325,6 +342,29 @@ impl ServerService {
                 current.map(|c| &c.auto_approve_tools),
             )?,
         })
+    }
+
+    /// A policy that runs requests must name a configured provider and a model it offers.
+    fn checked_sampling(&self, sampling: SamplingSettings) -> Result<SamplingSettings> {
+        if sampling.policy == SamplingPolicy::Deny {
+            return Ok(sampling);
+        }
+        let (Some(provider), Some(model)) = (&sampling.provider, &sampling.model) else {
+            return Err(Error::validation(
+                "sampling.provider and sampling.model are required unless sampling.policy is deny",
+            ));
+        };
+        let Some(configured) = self.settings.llm.providers.get(provider) else {
+            return Err(Error::validation(format!(
+                "sampling.provider '{provider}' is not a configured LLM provider"
+            )));
+        };
+        if !configured.models.is_empty() && !configured.models.contains(model) {
+            return Err(Error::validation(format!(
+                "sampling.model '{model}' is not offered by provider '{provider}'"
+            )));
+        }
+        Ok(sampling)
     }
 
     fn transport_kind(
@@ -561,4 +601,24 @@ fn duplicate_name(err: StoreError, name: &ServerName) -> Error {
         )),
         other => other.into(),
     }
+}
+
+/// Roots are `file://` URIs (the MCP specification's only kind), at most `max` of them.
+fn checked_roots(roots: Vec<RootEntry>, max: usize) -> Result<Vec<RootEntry>> {
+    if roots.len() > max {
+        return Err(Error::validation(format!(
+            "roots may list at most {max} entries"
+        )));
+    }
+    for root in &roots {
+        let parsed = url::Url::parse(&root.uri)
+            .map_err(|e| Error::validation(format!("roots: '{}' is not a URI: {e}", root.uri)))?;
+        if parsed.scheme() != "file" {
+            return Err(Error::validation(format!(
+                "roots: '{}' is not a file:// URI",
+                root.uri
+            )));
+        }
+    }
+    Ok(roots)
 }

@@ -127,10 +127,11 @@ pub struct HealthReport {
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
-/// answers (elicitation).
+/// answers (elicitation, sampling), and the per-user limits they are held to.
 pub struct UserFacing {
     pub oauth: super::OAuthService,
     pub elicitations: super::elicitations::Elicitations,
+    pub rate_limits: Arc<RateLimits>,
 }
 
 #[derive(Clone)]
@@ -165,12 +166,12 @@ impl UpstreamService {
         let UserFacing {
             oauth,
             elicitations,
+            rate_limits,
         } = user_facing;
         let http = crate::mcp::http_client(
             Duration::from_secs(settings.pool.connect_timeout_secs),
             url_policy.clone(),
         );
-        let rate_limits = Arc::new(RateLimits::new(&settings.limits));
         Self {
             store,
             settings,
@@ -321,6 +322,7 @@ impl UpstreamService {
                 } else {
                     self.oauth.connector(&server)
                 },
+                roots: server.spec.roots.clone(),
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,
@@ -392,15 +394,13 @@ impl UpstreamService {
         arguments: Value,
     ) -> Result<ToolCallReport> {
         // Its user answers what the server asks meanwhile, on their event stream.
-        let asked = Uuid::parse_str(server_id)
-            .ok()
-            .map(|server| self.elicitations.for_user(user, server));
-        self.call_tool_reporting(user, server_id, tool, arguments, None, asked)
+        self.call_tool_reporting(user, server_id, tool, arguments, None, None)
             .await
     }
 
     /// [`Self::call_tool`], passing progress notifications on as they arrive, and what
-    /// the server asks meanwhile (elicitation, sampling) to `downstream`.
+    /// the server asks meanwhile (elicitation, sampling, roots) to `downstream` (`None`:
+    /// the call's user, on their event stream, under the server's policies).
     pub async fn call_tool_reporting(
         &self,
         user: &UserId,
@@ -465,6 +465,8 @@ impl UpstreamService {
             unreachable!("checked above")
         };
         let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
+        let downstream =
+            downstream.unwrap_or_else(|| self.elicitations.for_user(&lease.runtime.server));
         let outcome = lease
             .client
             .call_tool_reporting(
@@ -473,7 +475,7 @@ impl UpstreamService {
                 lease.runtime.call_timeout,
                 max_total,
                 live,
-                downstream,
+                Some(downstream),
             )
             .await
             .inspect_err(|e| self.pool.report(lease, e))?;

@@ -220,6 +220,8 @@ impl ServerRepo {
                     self.cipher
                         .seal(&serde_json::to_string(&e.oauth).expect("settings serialize"))
                 })),
+            sampling: Set((!spec.sampling.is_default()).then(|| serde_json::json!(spec.sampling))),
+            roots: Set((!spec.roots.is_empty()).then(|| serde_json::json!(spec.roots))),
             created_at: Set(server.created_at),
             updated_at: Set(server.updated_at),
         }
@@ -271,6 +273,14 @@ impl ServerRepo {
                 timeout_secs: row.timeout_secs.map(|t| t.max(0) as u32),
                 disabled_tools: from_json("disabled_tools", row.disabled_tools)?,
                 auto_approve_tools: from_json("auto_approve_tools", row.auto_approve_tools)?,
+                sampling: match row.sampling {
+                    Some(json) => from_json("sampling", json)?,
+                    None => Default::default(),
+                },
+                roots: match row.roots {
+                    Some(json) => from_json("roots", json)?,
+                    None => Vec::new(),
+                },
             },
             created_at: row.created_at,
             updated_at: row.updated_at,

@@ -30,6 +30,7 @@ mod pool_transports;
 mod presets;
 mod processes;
 mod rate_limits;
+mod sampling;
 mod secrets;
 mod servers;
 mod ssrf;

@@ -36,6 +36,12 @@ pub struct Model {
     /// Sealed JSON: the pre-registered OAuth client and scopes of a remote server.
     #[sea_orm(column_type = "Text", nullable)]
     pub oauth_client: Option<String>,
+    /// The sampling policy; NULL is the default (deny).
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub sampling: Option<Json>,
+    /// The configured roots; NULL is none.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub roots: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
