@@ -28,6 +28,10 @@
 //! - `--access-ttl SECS`: access token lifetime (default 3600).
 //! - `--no-dcr`: no `/register` and no `registration_endpoint`.
 //!
+//! Sessions of `/mcp`: `GET /fixture/sessions` counts them (`live`, and `deleted`: DELETEs
+//! answered 2xx); `POST /fixture/sessions/forget` ends them all without telling the
+//! clients, as a restarted server would (their next request gets 404).
+//!
 //! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
 //! `extra` and sends tools/list_changed), `progress` (progress notifications), `env` (reads
@@ -447,6 +451,51 @@ async fn require_credentials(
     }
 }
 
+/// The streamable-HTTP sessions, for tests that check the client ends or re-opens them.
+#[derive(Clone)]
+struct SessionTally {
+    manager: Arc<LocalSessionManager>,
+    deleted: Arc<AtomicU64>,
+}
+
+async fn count_deletes(
+    State(tally): State<SessionTally>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let delete =
+        request.method() == axum::http::Method::DELETE && request.uri().path().starts_with("/mcp");
+    let response = next.run(request).await;
+    if delete && response.status().is_success() {
+        tally.deleted.fetch_add(1, Ordering::Relaxed);
+    }
+    response
+}
+
+async fn session_counts(State(tally): State<SessionTally>) -> axum::Json<Value> {
+    let live = tally.manager.sessions.read().await.len();
+    axum::Json(serde_json::json!({
+        "live": live,
+        "deleted": tally.deleted.load(Ordering::Relaxed),
+    }))
+}
+
+async fn forget_sessions(State(tally): State<SessionTally>) -> StatusCode {
+    let ids: Vec<_> = tally
+        .manager
+        .sessions
+        .read()
+        .await
+        .keys()
+        .cloned()
+        .collect();
+    for id in ids {
+        use rmcp::transport::streamable_http_server::session::SessionManager;
+        let _ = tally.manager.close_session(&id).await;
+    }
+    StatusCode::NO_CONTENT
+}
+
 async fn serve_http(
     port: u16,
     required: Required,
@@ -455,6 +504,7 @@ async fn serve_http(
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let origin = format!("http://{}", listener.local_addr()?);
     let admin_tool = oauth.is_some();
+    let manager = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
         move || {
             Ok(Fixture {
@@ -462,15 +512,29 @@ async fn serve_http(
                 ..Fixture::default()
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        manager.clone(),
         StreamableHttpServerConfig::default().disable_allowed_hosts(),
     );
     let sessions: Sessions = Arc::default();
+    let tally = SessionTally {
+        manager,
+        deleted: Arc::default(),
+    };
     let mut app = axum::Router::new()
         .route("/sse", get(sse_connect))
         .route("/message", post(sse_message))
         .with_state(sessions)
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            tally.clone(),
+            count_deletes,
+        ))
+        .merge(
+            axum::Router::new()
+                .route("/fixture/sessions", get(session_counts))
+                .route("/fixture/sessions/forget", post(forget_sessions))
+                .with_state(tally),
+        )
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(required),
             require_credentials,

@@ -37,6 +37,7 @@ mod ssrf;
 mod teardown;
 mod tool_call_rows;
 mod tool_calls;
+mod upstream_sessions;
 mod upstreams;
 mod url_secrets;
 mod validation;

@@ -1,0 +1,93 @@
+//! An upstream's streamable-HTTP session lives as long as its connection: ended with
+//! DELETE when the connection stops, opened again (and the request sent again) when the
+//! server has forgotten it (404), without the caller noticing.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, spawn_pool_app};
+use crate::upstreams::{HttpUpstream, eventually};
+
+async fn sessions(upstream: &HttpUpstream) -> Value {
+    reqwest::get(format!("{}/fixture/sessions", upstream.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn fixture_server(app: &TestApp, upstream: &HttpUpstream) -> String {
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let echo = app.call("u", &server, "echo", json!({"text": "a"})).await;
+    assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+    assert_eq!(sessions(upstream).await["live"], 1);
+    server
+}
+
+#[tokio::test]
+async fn a_stopped_connection_ends_its_upstream_session() {
+    let upstream = HttpUpstream::fixture(None).await;
+    let app = spawn_pool_app().await;
+    let server = fixture_server(&app, &upstream).await;
+
+    let stopped = app
+        .admin(
+            Method::DELETE,
+            &format!("/admin/connections/u/{server}"),
+            None,
+        )
+        .await;
+    assert_eq!(stopped.status, StatusCode::NO_CONTENT, "{}", stopped.text);
+    eventually("the upstream session is deleted", || async {
+        sessions(&upstream).await == json!({"live": 0, "deleted": 1})
+    })
+    .await;
+
+    // So does a connection whose server definition changed (it reconnects afresh).
+    let echo = app.call("u", &server, "echo", json!({"text": "b"})).await;
+    assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+    let updated = app
+        .user(
+            "u",
+            Method::PUT,
+            &format!("/api/mcp-servers/{server}"),
+            Some(json!({"timeoutSecs": 20})),
+        )
+        .await;
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
+    eventually("the old session is deleted", || async {
+        sessions(&upstream).await == json!({"live": 0, "deleted": 2})
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_forgotten_upstream_session_is_opened_again_and_the_call_succeeds() {
+    let upstream = HttpUpstream::fixture(None).await;
+    let app = spawn_pool_app().await;
+    let server = fixture_server(&app, &upstream).await;
+
+    let forgot = reqwest::Client::new()
+        .post(format!("{}/fixture/sessions/forget", upstream.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forgot.status(), StatusCode::NO_CONTENT);
+    assert_eq!(sessions(&upstream).await["live"], 0);
+
+    // The server answers 404 to the old session; the caller sees only its answer.
+    let echo = app
+        .call("u", &server, "echo", json!({"text": "again"}))
+        .await;
+    assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+    assert_eq!(crate::upstreams::text_of(&echo.body), "again");
+    assert_eq!(sessions(&upstream).await["live"], 1, "a new session");
+    let connections = app.connections().await;
+    assert_eq!(connections[0]["state"], "connected", "{connections:?}");
+}
