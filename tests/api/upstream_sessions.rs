@@ -91,3 +91,30 @@ async fn a_forgotten_upstream_session_is_opened_again_and_the_call_succeeds() {
     let connections = app.connections().await;
     assert_eq!(connections[0]["state"], "connected", "{connections:?}");
 }
+
+#[tokio::test]
+async fn a_response_stream_closed_mid_call_is_resumed_with_last_event_id() {
+    // The server closes the call's SSE stream after its priming event (SEP-1699, `retry`
+    // 200 ms) and answers 600 ms later, on the stream the client resumes with GET.
+    let upstream = HttpUpstream::resumable().await;
+    let app = spawn_pool_app().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "resumable", "baseUrl": format!("{}/mcp", upstream.base), "timeoutSecs": 20}),
+        )
+        .await;
+    let reply = app.call("u", &server, "interrupted", json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        crate::upstreams::text_of(&reply.body),
+        "answered after the stream closed"
+    );
+    let stats: Value = reqwest::get(format!("{}/stats", upstream.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(stats["resumes"].as_u64() >= Some(1), "{stats}");
+}

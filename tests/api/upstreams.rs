@@ -104,6 +104,17 @@ impl HttpUpstream {
     /// behind the TypeScript SDK's own authorization server (same origin), with `env` set
     /// (e.g. `TOKEN_TTL_SECS`).
     pub async fn sdk_oauth_with(env: &[(&str, &str)]) -> Self {
+        Self::sdk_script("sdk_oauth_server.mjs", env).await
+    }
+
+    /// `tests/upstreams/resumable_server.mjs`: a server whose tool `interrupted` closes
+    /// its SSE stream mid-call and answers on the resumed one.
+    pub async fn resumable() -> Self {
+        Self::sdk_script("resumable_server.mjs", &[]).await
+    }
+
+    /// A script of `tests/upstreams` built on the TypeScript SDK, announcing its origin.
+    async fn sdk_script(name: &str, env: &[(&str, &str)]) -> Self {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams");
         assert!(
             script
@@ -112,7 +123,7 @@ impl HttpUpstream {
             "the MCP SDK is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
         );
         let mut child = Command::new("node")
-            .arg(script.join("sdk_oauth_server.mjs"))
+            .arg(script.join(name))
             .env("PORT", "0")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -123,7 +134,7 @@ impl HttpUpstream {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
             .await
-            .expect("the SDK OAuth server announces its port")
+            .expect("the SDK server announces its port")
             .unwrap()
             .expect("a line");
         let base = line.trim_start_matches("listening on ").to_owned();
