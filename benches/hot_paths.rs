@@ -113,6 +113,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
                 auto_approve_tools: Vec::new(),
                 sampling: Default::default(),
                 roots: Vec::new(),
+                session_scope: Default::default(),
             },
             created_at: now,
             updated_at: now,
@@ -160,10 +161,7 @@ fn registry(c: &mut Criterion) {
         for n in 0..1000 {
             let user = UserId::parse(&format!("user{n}")).expect("user");
             let server = embedded_runtime(&user);
-            let key = ConnectionKey {
-                user,
-                server: server.server.id,
-            };
+            let key = ConnectionKey::shared(user, server.server.id);
             let lease = pool
                 .lease(&key, || async {
                     Ok::<_, mcp_pool::pool::PoolError>(server)

@@ -45,8 +45,17 @@ pub struct ExecOutcome {
 }
 
 /// Runs one approved call: (user, server, tool, arguments).
-pub type Executor =
-    Arc<dyn Fn(UserId, Uuid, String, Value) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
+pub type Executor = Arc<dyn Fn(Execution) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
+
+/// One approved call to run.
+pub struct Execution {
+    pub user: UserId,
+    pub server: Uuid,
+    pub tool: String,
+    pub arguments: Value,
+    /// The conversation or gateway session whose upstream sessions it uses.
+    pub scope: Option<Arc<str>>,
+}
 
 /// Everything an actor needs besides its records.
 #[derive(Clone)]
@@ -301,16 +310,21 @@ impl Confirmations {
     }
 
     /// Adds calls to a message (creating it if needed) and returns all its records.
+    /// Its calls run in the session of `scope` (a gateway session), else of its
+    /// conversation, on servers with a session per conversation.
     pub async fn submit(
         &self,
         user: &UserId,
         message: Uuid,
         conversation: Option<Uuid>,
+        scope: Option<Arc<str>>,
         calls: Vec<ToolCallRecord>,
     ) -> Result<Vec<ToolCallRecord>> {
         let span = tracing::Span::current();
+        let scope = scope.or_else(|| conversation.map(|c| Arc::from(c.to_string())));
         self.ask(user, message, true, move |reply| ConfirmMsg::Submit {
             conversation,
+            scope: scope.clone(),
             calls: calls.clone(),
             reply,
             span: span.clone(),

@@ -17,7 +17,7 @@ pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;
 pub use server::{
     EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
-    SamplingSettings, ServerSpec, StdioLaunch, Transport, TransportKind,
+    SamplingSettings, ServerSpec, SessionScope, StdioLaunch, Transport, TransportKind,
 };
 pub use tool_call::{ToolCallRecord, ToolCallStatus};
 

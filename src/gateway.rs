@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Resource as Missing};
 use crate::mcp::downstream::Downstream;
-use crate::services::{GatewayCaller, GatewayPrincipal, GatewayService};
+use crate::services::{Caller, GatewayPrincipal, GatewayService};
 
 #[derive(Clone)]
 pub struct GatewayHandler {
@@ -41,6 +41,11 @@ pub struct GatewayHandler {
     /// ends: DELETE, idle expiry, a closed bridge socket), ending the session's tasks.
     session: CancellationToken,
     _session_guard: Arc<tokio_util::sync::DropGuard>,
+    /// Names this session's own upstream sessions (servers whose `sessionScope` is
+    /// `conversation`); they are stopped when the session ends.
+    scope: Arc<str>,
+    /// Set by the first call, which starts the task that ends the scope's connections.
+    scope_owner: Arc<std::sync::OnceLock<crate::domain::UserId>>,
 }
 
 /// Passes a server's log message (at or above the session's level) or resource update
@@ -189,7 +194,27 @@ impl GatewayHandler {
             listening: Arc::default(),
             _session_guard: Arc::new(session.clone().drop_guard()),
             session,
+            scope: Arc::from(uuid::Uuid::new_v4().to_string()),
+            scope_owner: Arc::default(),
         }
+    }
+
+    /// The scope of this session's calls; the first one arranges for its upstream
+    /// sessions to end with it.
+    fn session_scope(&self, principal: &GatewayPrincipal) -> &str {
+        if self.scope_owner.set(principal.user.clone()).is_ok() {
+            let (service, user, scope) = (
+                self.service.clone(),
+                principal.user.clone(),
+                self.scope.clone(),
+            );
+            let ended = self.session.clone();
+            tokio::spawn(async move {
+                ended.cancelled().await;
+                service.end_scope(&user, &scope).await;
+            });
+        }
+        &self.scope
     }
 
     fn principal(&self, extensions: &Extensions) -> Result<GatewayPrincipal, ErrorData> {
@@ -407,9 +432,10 @@ impl ServerHandler for GatewayHandler {
             &principal,
             &request.name,
             request.arguments,
-            GatewayCaller {
+            Caller {
                 live: Some(&live),
                 downstream: Some(downstream),
+                scope: Some(self.session_scope(&principal)),
             },
             &cancel,
             self.max_result_bytes,

@@ -193,7 +193,7 @@ impl McpPool for GrpcApi {
             let report = self
                 .services
                 .upstream
-                .call_tool(&user, &call.server_id, &call.tool_name, arguments)
+                .call_tool(&user, &call.server_id, &call.tool_name, arguments, None)
                 .await
                 .map_err(|e| status::from_error(&e))?;
             let result = &report.outcome.result;

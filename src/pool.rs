@@ -52,6 +52,20 @@ pub enum PoolError {
 pub struct ConnectionKey {
     pub user: UserId,
     pub server: Uuid,
+    /// The conversation or gateway session that has a session of its own (servers whose
+    /// `sessionScope` is `conversation`); `None` for the user's shared session.
+    pub scope: Option<Arc<str>>,
+}
+
+impl ConnectionKey {
+    /// The session `user`'s callers share.
+    pub fn shared(user: UserId, server: Uuid) -> Self {
+        Self {
+            user,
+            server,
+            scope: None,
+        }
+    }
 }
 
 /// What an actor needs to run one server: its definition and how to reach it.
@@ -175,6 +189,16 @@ impl Registry {
 
     fn take(&self, key: &ConnectionKey) -> Option<RegistryEntry> {
         self.entries.write().expect("registry lock").remove(key)
+    }
+
+    fn keys_where(&self, wanted: impl Fn(&ConnectionKey) -> bool) -> Vec<ConnectionKey> {
+        self.entries
+            .read()
+            .expect("registry lock")
+            .keys()
+            .filter(|key| wanted(key))
+            .cloned()
+            .collect()
     }
 
     fn snapshot(&self) -> Vec<(ConnectionKey, RegistryEntry)> {
@@ -430,9 +454,39 @@ impl Pool {
         self.catalogs.invalidate(key).await;
     }
 
-    /// Stops the connection (its child process is killed) and forgets its caches, e.g.
+    /// Stops every connection of `user` to `server`, each conversation's included, e.g.
     /// after the server's definition changed. `false` when there was none.
-    pub async fn stop(&self, key: &ConnectionKey) -> bool {
+    pub async fn stop_server(&self, user: &UserId, server: Uuid) -> bool {
+        let keys = self
+            .registry
+            .keys_where(|key| key.user == *user && key.server == server);
+        let mut stopped = false;
+        for key in keys {
+            stopped |= self.stop(&key).await;
+        }
+        stopped
+    }
+
+    /// Stops the connections of one conversation or gateway session (it ended).
+    pub async fn stop_scope(&self, user: &UserId, scope: &str) -> usize {
+        let keys = self
+            .registry
+            .keys_where(|key| key.user == *user && key.scope.as_deref() == Some(scope));
+        let mut stopped = 0;
+        for key in keys {
+            stopped += usize::from(self.stop(&key).await);
+        }
+        stopped
+    }
+
+    /// What the live connection of `key` runs, without connecting.
+    pub fn runtime_of(&self, key: &ConnectionKey) -> Option<Arc<ServerRuntime>> {
+        self.registry.get(key).map(|entry| entry.runtime)
+    }
+
+    /// Stops the connection (its child process is killed) and forgets its caches.
+    /// `false` when there was none.
+    async fn stop(&self, key: &ConnectionKey) -> bool {
         self.catalogs.invalidate(key).await;
         match self.registry.take(key) {
             Some(entry) => {

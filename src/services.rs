@@ -20,7 +20,7 @@ mod tool_calls;
 mod upstream;
 
 pub use assistants::AssistantService;
-pub use gateway::{GatewayCaller, GatewayPrincipal, GatewayService, GatewayTools};
+pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{KeyService, Principal};
 pub use oauth::OAuthService;
@@ -28,8 +28,8 @@ pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{OAuthInput, ServerInput, ServerService};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
-    AssistantTool, AssistantTools, ConnectReport, HealthReport, ServerCatalog, ToolCallReport,
-    UnavailableServer, UpstreamService,
+    AssistantTool, AssistantTools, Caller, ConnectReport, HealthReport, ServerCatalog,
+    ToolCallReport, UnavailableServer, UpstreamService,
 };
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! What a server may ask of its client, per server: `sampling` (the policy and the model
-//! its requests run on) and `roots` (the list `roots/list` answers outside the gateway).
-//! Both JSON, NULL meaning the defaults (sampling denied, no roots).
+//! its requests run on) and `roots` (the list `roots/list` answers outside the gateway),
+//! both JSON, NULL meaning the defaults (sampling denied, no roots); and `session_scope`
+//! (`user` or `conversation`; NULL is `user`).
 
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -21,11 +22,18 @@ impl MigrationTrait for Migration {
                 )
                 .await?;
         }
-        Ok(())
+        manager
+            .alter_table(
+                Table::alter()
+                    .table("mcp_servers")
+                    .add_column(string_len_null("session_scope", 16))
+                    .to_owned(),
+            )
+            .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for column in ["sampling", "roots"] {
+        for column in ["sampling", "roots", "session_scope"] {
             manager
                 .alter_table(
                     Table::alter()

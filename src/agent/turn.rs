@@ -276,6 +276,7 @@ impl PreparedTurn {
                     &setup.user,
                     setup.message,
                     Some(setup.conversation),
+                    None,
                     records,
                 )
                 .await?;

@@ -33,8 +33,12 @@ pub struct ConnectionView {
     user_id: String,
     server_id: String,
     server_name: String,
+    /// The chat conversation or gateway session with a session of its own (servers
+    /// whose `sessionScope` is `conversation`); absent for the user's shared one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope: Option<String>,
     transport: &'static str,
-    /// `disconnected`, `connecting`, `connected` or `error`.
+    /// `disconnected`, `connecting`, `connected`, `error` or `auth_required`.
     state: &'static str,
     connected_at: Option<DateTime<Utc>>,
     last_active_at: DateTime<Utc>,
@@ -51,6 +55,7 @@ impl From<ConnectionInfo> for ConnectionView {
             user_id: info.key.user.as_str().to_owned(),
             server_id: info.key.server.to_string(),
             server_name: info.server_name,
+            scope: info.key.scope.as_deref().map(str::to_owned),
             transport: info.transport,
             state: status.state.as_str(),
             connected_at: status.connected_at,

@@ -61,6 +61,8 @@ pub struct ServerView {
     auto_approve_tools: Vec<String>,
     sampling: crate::domain::SamplingSettings,
     roots: Vec<crate::domain::RootEntry>,
+    /// `user` or `conversation`.
+    session_scope: &'static str,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -87,6 +89,7 @@ impl From<McpServer> for ServerView {
             auto_approve_tools: spec.auto_approve_tools,
             sampling: spec.sampling,
             roots: spec.roots,
+            session_scope: spec.session_scope.as_str(),
             created_at: server.created_at,
             updated_at: server.updated_at,
         };

@@ -120,7 +120,7 @@ async fn call_tool(
     let report = state
         .services
         .upstream
-        .call_tool(&ctx.user, &id, &tool, body.arguments)
+        .call_tool(&ctx.user, &id, &tool, body.arguments, None)
         .await?;
     let is_error = report.outcome.result.is_error.unwrap_or(false);
     let mut body = serde_json::to_value(&report.outcome.result).unwrap_or_else(|_| json!({}));

@@ -12,6 +12,8 @@ use crate::store::{AuditEntry, StoredMessage};
 pub enum ConfirmMsg {
     Submit {
         conversation: Option<Uuid>,
+        /// The session its calls run in (see [`super::Confirmations::submit`]).
+        scope: Option<std::sync::Arc<str>>,
         calls: Vec<ToolCallRecord>,
         reply: RpcReplyPort<Result<Vec<ToolCallRecord>>>,
         /// The submitter's span (its request id): executions it starts log under it.
@@ -45,6 +47,8 @@ pub struct ActorArgs {
     /// Whether the message row exists yet.
     pub exists: bool,
     pub records: Vec<ToolCallRecord>,
+    /// The session its calls use, when the message is stored with a conversation.
+    pub scope: Option<std::sync::Arc<str>>,
     pub deps: ConfirmDeps,
 }
 
@@ -62,6 +66,8 @@ pub struct ActorState {
     reported_parked: i64,
     /// Another instance took the message over (this one was presumed dead): stop.
     fenced: bool,
+    /// The conversation or gateway session whose upstream sessions its calls use.
+    scope: Option<std::sync::Arc<str>>,
 }
 
 pub struct ConfirmationActor;
@@ -139,14 +145,22 @@ impl ActorState {
             return None;
         };
         let executor = self.deps.executor.clone();
-        let (me, user, call_id, arguments) = (
+        let (me, user, call_id, arguments, scope) = (
             myself.clone(),
             self.user.clone(),
             record.id.clone(),
             record.arguments.clone(),
+            self.scope.clone(),
         );
         let execution = async move {
-            let outcome = executor(user, server, tool, arguments).await;
+            let outcome = executor(super::Execution {
+                user,
+                server,
+                tool,
+                arguments,
+                scope,
+            })
+            .await;
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
         };
         Some(tokio::spawn(tracing::Instrument::instrument(execution, span.clone())).abort_handle())
@@ -247,6 +261,7 @@ impl Actor for ConfirmationActor {
             timers: Vec::new(),
             reported_parked: 0,
             fenced: false,
+            scope: args.scope,
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())
@@ -281,10 +296,14 @@ impl Actor for ConfirmationActor {
         match message {
             ConfirmMsg::Submit {
                 conversation,
+                scope,
                 calls,
                 reply,
                 span,
             } => {
+                if scope.is_some() {
+                    state.scope = scope;
+                }
                 let mut seen: std::collections::HashSet<&str> =
                     state.records.iter().map(|r| r.id.as_str()).collect();
                 if let Some(dup) = calls.iter().find(|c| !seen.insert(c.id.as_str())) {

@@ -58,7 +58,7 @@ impl SupervisorState {
             Lookup::Absent => {}
         }
         let repo = self.deps.store.messages();
-        let (exists, records) = match repo.get(&user, message).await? {
+        let (exists, records, scope) = match repo.get(&user, message).await? {
             Some(_) => {
                 self.claim(&user, message).await?;
                 // Read again after the claim: now nobody else can change the records.
@@ -66,11 +66,15 @@ impl SupervisorState {
                     .get(&user, message)
                     .await?
                     .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
-                (true, stored.tool_calls)
+                // A stored message's calls use its conversation's sessions.
+                let scope = stored
+                    .conversation_id
+                    .map(|c| std::sync::Arc::from(c.to_string()));
+                (true, stored.tool_calls, scope)
             }
             // Another user's message id answers exactly like a missing one. A new message
             // is inserted with this instance as its owner.
-            None if create && !repo.exists(message).await? => (false, Vec::new()),
+            None if create && !repo.exists(message).await? => (false, Vec::new(), None),
             None => return Err(Error::NotFound(Resource::Message, message.to_string())),
         };
         let args = ActorArgs {
@@ -78,6 +82,7 @@ impl SupervisorState {
             message,
             exists,
             records,
+            scope,
             deps: self.deps.clone(),
         };
         let (actor, _) = Actor::spawn_linked(None, ConfirmationActor, args, myself.get_cell())

@@ -186,6 +186,39 @@ pub struct ServerSpec {
     pub sampling: SamplingSettings,
     /// What `roots/list` answers when no gateway client answers it.
     pub roots: Vec<RootEntry>,
+    /// Whether the user's callers share one upstream session.
+    pub session_scope: SessionScope,
+}
+
+/// Who shares an upstream session of a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SessionScope {
+    /// One session per (user, server), shared by all their callers (the default).
+    #[default]
+    User,
+    /// One per chat conversation and per gateway session, for stateful servers (a
+    /// browser, a shell) whose state must not leak between a user's tabs; calls without
+    /// a conversation use the user's session.
+    Conversation,
+}
+
+impl SessionScope {
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        match raw {
+            "user" => Ok(Self::User),
+            "conversation" => Ok(Self::Conversation),
+            other => Err(Error::validation(format!(
+                "sessionScope '{other}' is not one of user, conversation"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Conversation => "conversation",
+        }
+    }
 }
 
 /// A server's sampling policy for REST, chat and gRPC calls (a gateway client answers its

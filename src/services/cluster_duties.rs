@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 use super::Services;
 use crate::cluster::{Envelope, Note};
 use crate::domain::{AssistantId, UserId};
-use crate::pool::ConnectionKey;
 
 impl Services {
     /// Settles what stopped instances left and starts the bridges this instance may
@@ -123,7 +122,7 @@ impl Services {
                 if let Ok(user) = UserId::parse(user) {
                     // Closing a session may take seconds; other notes do not wait for it.
                     let (pool, server) = (self.pool.clone(), *server);
-                    tokio::spawn(async move { pool.stop(&ConnectionKey { user, server }).await });
+                    tokio::spawn(async move { pool.stop_server(&user, server).await });
                 }
             }
             Note::BindingsChanged => self.bindings.forget_here(),

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
-use super::{AssistantTools, ServerCatalog, UpstreamService};
+use super::{AssistantTools, Caller, ServerCatalog, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
 use crate::domain::tool_name::{PrefixMode, gateway_names};
@@ -33,13 +33,6 @@ use crate::store::{GatewayToken, Store};
 pub struct GatewayPrincipal {
     pub user: UserId,
     pub assistant: AssistantId,
-}
-
-/// The client side of a gateway call: where its progress goes and who answers what the
-/// server asks meanwhile.
-pub struct GatewayCaller<'a> {
-    pub live: Option<&'a tokio::sync::mpsc::UnboundedSender<Progress>>,
-    pub downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
 }
 
 /// The assistant's tools under their gateway names.
@@ -312,6 +305,11 @@ impl GatewayService {
         }
     }
 
+    /// Stops the upstream sessions of an ended gateway session.
+    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+        self.upstream.end_scope(user, scope).await;
+    }
+
     /// Calls a tool by its gateway name. Progress goes to `caller.live`, what the server
     /// asks meanwhile to `caller.downstream`; `cancel` abandons the call (the upstream is
     /// told) or cancels it while it waits for approval.
@@ -320,11 +318,10 @@ impl GatewayService {
         principal: &GatewayPrincipal,
         name: &str,
         arguments: Option<JsonObject>,
-        caller: GatewayCaller<'_>,
+        caller: Caller<'_>,
         cancel: &CancellationToken,
         max_result_bytes: usize,
     ) -> Result<CallToolResult> {
-        let live = caller.live;
         let tools = self.tools(principal).await?;
         let Some(&index) = tools.names.get(name) else {
             return Err(Error::NotFound(Missing::Tool, name.to_owned()));
@@ -340,8 +337,7 @@ impl GatewayService {
                 &server_id,
                 &tool.tool.name,
                 arguments,
-                live,
-                caller.downstream,
+                caller,
             );
             return tokio::select! {
                 report = call => Ok(limited(report?.outcome.result)),
@@ -363,10 +359,11 @@ impl GatewayService {
                 records[0].response.to_string(),
             ]));
         }
+        let scope = caller.scope.map(Arc::from);
         self.confirmations
-            .submit(&principal.user, message, None, records)
+            .submit(&principal.user, message, None, scope, records)
             .await?;
-        if let Some(live) = live {
+        if let Some(live) = caller.live {
             let _ = live.send(Progress {
                 progress: 0.0,
                 total: None,

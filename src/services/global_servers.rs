@@ -22,7 +22,7 @@ use crate::domain::{
     EmbeddedKind, McpServer, RemoteEndpoint, SecretMap, SecretUrl, ServerName, ServerSpec,
     StdioLaunch, Transport, UserId,
 };
-use crate::pool::{ConnectionKey, Pool};
+use crate::pool::Pool;
 
 /// Fixed namespace of global server ids: an id depends only on the server's name.
 const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6d63_705f_706f_6f6c_5f67_6c6f_6261_6c73);
@@ -153,6 +153,7 @@ impl GlobalServers {
                             auto_approve_tools: source.auto_approve_tools.clone(),
                             sampling: Default::default(),
                             roots: Vec::new(),
+                            session_scope: Default::default(),
                         },
                         created_at: now,
                         updated_at: now,
@@ -289,11 +290,9 @@ impl GlobalServersReloader {
             Ok(next) => {
                 let diff = self.servers.replace(next);
                 for name in diff.changed.iter().chain(&diff.removed) {
-                    let key = ConnectionKey {
-                        user: UserId::global(),
-                        server: GlobalServers::id_of(name),
-                    };
-                    self.pool.stop(&key).await;
+                    self.pool
+                        .stop_server(&UserId::global(), GlobalServers::id_of(name))
+                        .await;
                 }
                 status.loaded_at = Some(crate::domain::now());
                 status.last_error = None;

@@ -30,7 +30,7 @@ use crate::events::EventHub;
 use crate::mcp::McpError;
 use crate::mcp::auth::{AuthChallenge, UpstreamAuth};
 use crate::oauth::{CapturedState, OAuthError, PolicyHttp, TokenStore};
-use crate::pool::{ConnectionKey, Pool};
+use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::{Grant, PendingFlow, Store, TokenRecord};
 
@@ -715,13 +715,7 @@ impl OAuthService {
     /// Connections to the server, here and on other instances, start again with the
     /// new tokens (or without the forgotten ones).
     async fn restart(&self, user: &UserId, server: Uuid) {
-        self.inner
-            .pool
-            .stop(&ConnectionKey {
-                user: user.clone(),
-                server,
-            })
-            .await;
+        self.inner.pool.stop_server(user, server).await;
         self.inner.cluster.tell(Note::ServerChanged {
             user: user.to_string(),
             server,

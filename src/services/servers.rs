@@ -12,11 +12,11 @@ use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
     EmbeddedKind, MASK, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
-    SamplingSettings, SecretMap, SecretUrl, ServerName, ServerSpec, StdioLaunch, Transport,
-    TransportKind, UserId,
+    SamplingSettings, SecretMap, SecretUrl, ServerName, ServerSpec, SessionScope, StdioLaunch,
+    Transport, TransportKind, UserId,
 };
 use crate::error::{Error, Resource, Result};
-use crate::pool::{ConnectionKey, Pool};
+use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::store::{Store, StoreError};
 
@@ -61,6 +61,10 @@ pub struct ServerInput {
     pub sampling: Option<SamplingSettings>,
     /// The roots `roots/list` answers when no gateway client answers it (`file://` URIs).
     pub roots: Option<Vec<RootEntry>>,
+    /// `user` (one upstream session for all the user's callers, the default) or
+    /// `conversation` (one per chat conversation and gateway session: stateful servers).
+    #[schema(pattern = "^(user|conversation)$")]
+    pub session_scope: Option<String>,
 }
 
 /// A server's OAuth client as the API shows and takes it.
@@ -188,12 +192,7 @@ impl ServerService {
     }
 
     async fn stop_everywhere(&self, user: &UserId, server: Uuid) {
-        self.pool
-            .stop(&ConnectionKey {
-                user: user.clone(),
-                server,
-            })
-            .await;
+        self.pool.stop_server(user, server).await;
         self.cluster.tell(Note::ServerChanged {
             user: user.to_string(),
             server,
@@ -321,11 +320,16 @@ impl ServerService {
             Some(roots) => checked_roots(roots, limits.max_tool_list_entries)?,
             None => current.map(|c| c.roots.clone()).unwrap_or_default(),
         };
+        let session_scope = match &input.session_scope {
+            Some(raw) => SessionScope::parse(raw)?,
+            None => current.map(|c| c.session_scope).unwrap_or_default(),
+        };
         Ok(ServerSpec {
             name,
             transport,
             sampling,
             roots,
+            session_scope,
             is_active: input
                 .is_active
                 .or(current.map(|c| c.is_active))

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{AssistantTools, UpstreamService};
 use crate::config::Settings;
-use crate::confirm::{Confirmations, ExecOutcome, Executor, Waited};
+use crate::confirm::{Confirmations, ExecOutcome, Execution, Executor, Waited};
 use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::{Ownership, Store, StoredMessage};
@@ -104,12 +104,24 @@ fn truncated(content: &[ContentBlock], size: usize, max_bytes: usize) -> Value {
 /// Runs approved calls through the pool; every failure becomes a result the model can read.
 pub fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor {
     Arc::new(
-        move |user: UserId, server: Uuid, tool: String, arguments: Value| {
+        move |Execution {
+                  user,
+                  server,
+                  tool,
+                  arguments,
+                  scope,
+              }| {
             let upstream = upstream.clone();
             Box::pin(async move {
                 let started = Instant::now();
                 let outcome = match upstream
-                    .call_tool(&user, &server.to_string(), &tool, arguments)
+                    .call_tool(
+                        &user,
+                        &server.to_string(),
+                        &tool,
+                        arguments,
+                        scope.as_deref(),
+                    )
                     .await
                 {
                     Ok(report) => ExecOutcome {
@@ -281,7 +293,7 @@ impl ToolCallService {
         let listing = self.upstream.assistant_tools(user, assistant).await?;
         let records = plan_calls(&listing, &calls);
         self.confirmations
-            .submit(user, message, conversation, records)
+            .submit(user, message, conversation, None, records)
             .await
     }
 

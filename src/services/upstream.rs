@@ -20,7 +20,7 @@ use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
-use crate::domain::{AssistantId, McpServer, SecretUrl, Transport, UserId};
+use crate::domain::{AssistantId, McpServer, SecretUrl, SessionScope, Transport, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{CallOutcome, ServerFeatures, UpstreamSpec, UpstreamTransport};
 use crate::pool::{
@@ -126,6 +126,18 @@ pub struct HealthReport {
     pub connection: Option<ConnectionInfo>,
 }
 
+/// Who makes a call, beyond its user.
+#[derive(Default)]
+pub struct Caller<'a> {
+    /// Where progress notifications go as they arrive.
+    pub live: Option<&'a tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+    /// Who answers what the server asks meanwhile (elicitation, sampling, roots); `None`:
+    /// the call's user, on their event stream, under the server's policies.
+    pub downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+    /// The conversation or gateway session, for servers with a session per conversation.
+    pub scope: Option<&'a str>,
+}
+
 /// What a server may need from a call's user: their authorization (OAuth) and their
 /// answers (elicitation, sampling), and the per-user limits they are held to.
 pub struct UserFacing {
@@ -210,21 +222,29 @@ impl UpstreamService {
     }
 
     async fn lease(&self, user: &UserId, server_id: &str) -> Result<Lease> {
-        match self.lease_unexplained(user, server_id).await {
+        self.lease_in(user, server_id, None).await
+    }
+
+    /// A lease for a call of conversation or gateway session `scope`: a server whose
+    /// `sessionScope` is `conversation` has a session per scope, others the user's one.
+    async fn lease_in(&self, user: &UserId, server_id: &str, scope: Option<&str>) -> Result<Lease> {
+        match self.lease_unexplained(user, server_id, scope).await {
             Ok(lease) => Ok(lease),
             Err(error) => Err(self.explained(user, server_id, error).await),
         }
     }
 
-    async fn lease_unexplained(&self, user: &UserId, server_id: &str) -> Result<Lease> {
+    async fn lease_unexplained(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        scope: Option<&str>,
+    ) -> Result<Lease> {
         let id = Uuid::parse_str(server_id)
             .map_err(|_| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
         if let Some(server) = self.globals.get(id) {
             // One shared connection for everyone.
-            let key = ConnectionKey {
-                user: UserId::global(),
-                server: id,
-            };
+            let key = ConnectionKey::shared(UserId::global(), id);
             return self
                 .pool
                 .lease(&key, || async {
@@ -232,19 +252,47 @@ impl UpstreamService {
                 })
                 .await;
         }
-        let key = ConnectionKey {
-            user: user.clone(),
-            server: id,
+        let shared = ConnectionKey::shared(user.clone(), id);
+        let load = || self.load_runtime(user, id, server_id);
+        let Some(scope) = scope else {
+            return self.pool.lease(&shared, load).await;
+        };
+        let scoped = ConnectionKey {
+            scope: Some(scope.into()),
+            ..shared.clone()
+        };
+        // Which session, told without the database once a connection is live.
+        if self.pool.runtime_of(&scoped).is_some() {
+            return self.pool.lease(&scoped, load).await;
+        }
+        if let Some(runtime) = self.pool.runtime_of(&shared)
+            && runtime.server.spec.session_scope == SessionScope::User
+        {
+            return self.pool.lease(&shared, load).await;
+        }
+        let runtime = load().await?;
+        let key = match runtime.server.spec.session_scope {
+            SessionScope::Conversation => scoped,
+            SessionScope::User => shared,
         };
         self.pool
-            .lease(&key, || async {
-                let server =
-                    self.store.servers().get(user, id).await?.ok_or_else(|| {
-                        Error::NotFound(Resource::McpServer, server_id.to_owned())
-                    })?;
-                Ok::<_, Error>(Arc::new(self.runtime(server).await?))
-            })
+            .lease(&key, || async { Ok::<_, Error>(runtime) })
             .await
+    }
+
+    async fn load_runtime(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        server_id: &str,
+    ) -> Result<Arc<ServerRuntime>> {
+        let server = self
+            .store
+            .servers()
+            .get(user, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
+        Ok(Arc::new(self.runtime(server).await?))
     }
 
     /// Builds what the pool needs to run `server`, applying every rule once more.
@@ -386,35 +434,40 @@ impl UpstreamService {
         Ok((lease.runtime.clone(), catalog))
     }
 
+    /// A call of conversation `scope` (its own session on a conversation-scoped server),
+    /// or of the user at large.
     pub async fn call_tool(
         &self,
         user: &UserId,
         server_id: &str,
         tool: &str,
         arguments: Value,
+        scope: Option<&str>,
     ) -> Result<ToolCallReport> {
         // Its user answers what the server asks meanwhile, on their event stream.
-        self.call_tool_reporting(user, server_id, tool, arguments, None, None)
+        let caller = Caller {
+            scope,
+            ..Caller::default()
+        };
+        self.call_tool_reporting(user, server_id, tool, arguments, caller)
             .await
     }
 
-    /// [`Self::call_tool`], passing progress notifications on as they arrive, and what
-    /// the server asks meanwhile (elicitation, sampling, roots) to `downstream` (`None`:
-    /// the call's user, on their event stream, under the server's policies).
+    /// [`Self::call_tool`] for a caller that takes progress or answers the server's
+    /// requests itself.
     pub async fn call_tool_reporting(
         &self,
         user: &UserId,
         server_id: &str,
         tool: &str,
         arguments: Value,
-        live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
-        downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+        caller: Caller<'_>,
     ) -> Result<ToolCallReport> {
         let started = Instant::now();
         self.rate_limits.tool_call(user)?;
-        let lease = self.lease(user, server_id).await?;
+        let lease = self.lease_in(user, server_id, caller.scope).await?;
         let result = self
-            .call_on_lease(&lease, tool, arguments, live, downstream)
+            .call_on_lease(&lease, tool, arguments, caller.live, caller.downstream)
             .await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
@@ -626,10 +679,9 @@ impl UpstreamService {
             Ok::<_, Error>(lease.key)
         }
         .await;
-        let key = Uuid::parse_str(server_id).ok().map(|server| ConnectionKey {
-            user: user.clone(),
-            server,
-        });
+        let key = Uuid::parse_str(server_id)
+            .ok()
+            .map(|server| ConnectionKey::shared(user.clone(), server));
         let connection = key.and_then(|k| self.pool.connection(&k));
         match result {
             Ok(_) => Ok(HealthReport {
@@ -659,15 +711,23 @@ impl UpstreamService {
 
     fn admin_key(user: &str, server: &str) -> Result<ConnectionKey> {
         let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
-        Ok(ConnectionKey {
-            user: UserId::parse(user).map_err(|_| not_found())?,
-            server: Uuid::parse_str(server).map_err(|_| not_found())?,
-        })
+        Ok(ConnectionKey::shared(
+            UserId::parse(user).map_err(|_| not_found())?,
+            Uuid::parse_str(server).map_err(|_| not_found())?,
+        ))
+    }
+
+    /// Stops the upstream sessions of a conversation or gateway session that ended.
+    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+        let stopped = self.pool.stop_scope(user, scope).await;
+        if stopped > 0 {
+            tracing::info!(%user, scope, stopped, "stopped the connections of an ended session");
+        }
     }
 
     pub async fn stop_connection(&self, user: &str, server: &str) -> Result<()> {
         let key = Self::admin_key(user, server)?;
-        if !self.pool.stop(&key).await {
+        if !self.pool.stop_server(&key.user, key.server).await {
             return Err(Error::NotFound(
                 Resource::Connection,
                 format!("{user}/{server}"),

@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::entities::{assistant_server, mcp_server};
 use super::{StoreError, corrupt, from_json, open_map, seal_map};
 use crate::domain::{
-    EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec, StdioLaunch,
-    Transport, TransportKind, UserId,
+    EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec, SessionScope,
+    StdioLaunch, Transport, TransportKind, UserId,
 };
 use crate::security::Cipher;
 
@@ -222,6 +222,8 @@ impl ServerRepo {
                 })),
             sampling: Set((!spec.sampling.is_default()).then(|| serde_json::json!(spec.sampling))),
             roots: Set((!spec.roots.is_empty()).then(|| serde_json::json!(spec.roots))),
+            session_scope: Set((spec.session_scope != SessionScope::User)
+                .then(|| spec.session_scope.as_str().to_owned())),
             created_at: Set(server.created_at),
             updated_at: Set(server.updated_at),
         }
@@ -280,6 +282,12 @@ impl ServerRepo {
                 roots: match row.roots {
                     Some(json) => from_json("roots", json)?,
                     None => Vec::new(),
+                },
+                session_scope: match row.session_scope.as_deref() {
+                    Some(raw) => {
+                        SessionScope::parse(raw).map_err(|e| corrupt("session_scope", e))?
+                    }
+                    None => SessionScope::User,
                 },
             },
             created_at: row.created_at,

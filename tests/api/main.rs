@@ -33,6 +33,7 @@ mod rate_limits;
 mod sampling;
 mod secrets;
 mod servers;
+mod session_scope;
 mod ssrf;
 mod teardown;
 mod tool_call_rows;

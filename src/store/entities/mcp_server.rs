@@ -42,6 +42,9 @@ pub struct Model {
     /// The configured roots; NULL is none.
     #[sea_orm(column_type = "JsonBinary", nullable)]
     pub roots: Option<Json>,
+    /// `conversation`; NULL is `user`.
+    #[sea_orm(column_type = "String(StringLen::N(16))", nullable)]
+    pub session_scope: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }
