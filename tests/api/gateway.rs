@@ -669,3 +669,49 @@ async fn each_prefix_mode_names_tools_and_an_assistant_can_choose_its_own() {
     assert_eq!(other.body["effectivePrefix"], "always", "{}", other.text);
     assert_eq!(other.body["hiddenTools"], json!([]));
 }
+
+/// A client of the newest revision: no initialize, no session.
+#[derive(Clone)]
+struct Sessionless;
+
+impl rmcp::ClientHandler for Sessionless {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {},
+            "clientInfo": {"name": "sessionless", "version": "1"}
+        }))
+        .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
+    let (app, token) = gateway_app().await;
+    let config = StreamableHttpClientTransportConfig::with_uri(format!(
+        "{}/mcp/assistants/a1",
+        app.address
+    ))
+    .auth_header(token);
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let client = Sessionless
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("the gateway serves a 2026-07-28 client");
+    assert_eq!(
+        client.peer_info().map(|info| info.protocol_version.to_string()),
+        Some("2026-07-28".to_owned())
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "fx.echo"), "{tools:?}");
+    let result = client
+        .call_tool(call("fx.echo", json!({"text": "no session"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "no session");
+}
