@@ -307,6 +307,19 @@ impl McpPool for GrpcApi {
         Ok(Response::new(proto::AnswerElicitationResponse {}))
     }
 
+    async fn decide_sampling(
+        &self,
+        request: Request<proto::DecideSamplingRequest>,
+    ) -> Result<Response<proto::DecideSamplingResponse>, Status> {
+        let user = self.user(&request).await?;
+        let decision = request.into_inner();
+        self.services
+            .sampling
+            .answer(&user, &decision.id, &decision.action)
+            .map_err(|e| status::from_error(&e))?;
+        Ok(Response::new(proto::DecideSamplingResponse {}))
+    }
+
     async fn health(
         &self,
         _request: Request<proto::HealthRequest>,

@@ -688,11 +688,9 @@ impl rmcp::ClientHandler for Sessionless {
 #[tokio::test]
 async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
     let (app, token) = gateway_app().await;
-    let config = StreamableHttpClientTransportConfig::with_uri(format!(
-        "{}/mcp/assistants/a1",
-        app.address
-    ))
-    .auth_header(token);
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token);
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
     let client = Sessionless
         .serve_with_lifecycle(
@@ -704,7 +702,9 @@ async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
         .await
         .expect("the gateway serves a 2026-07-28 client");
     assert_eq!(
-        client.peer_info().map(|info| info.protocol_version.to_string()),
+        client
+            .peer_info()
+            .map(|info| info.protocol_version.to_string()),
         Some("2026-07-28".to_owned())
     );
     let tools = client.list_all_tools().await.unwrap();

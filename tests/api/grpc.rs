@@ -393,3 +393,63 @@ async fn a_servers_question_is_answered_over_grpc() {
         "{result}"
     );
 }
+
+#[tokio::test]
+async fn a_servers_sampling_request_is_decided_over_grpc() {
+    use crate::llm_script::{ScriptedLlm, openai_text};
+    use mcp_pool::grpc::proto::DecideSamplingRequest;
+    let llm = ScriptedLlm::openai().await;
+    let app = crate::helpers::spawn_pool_app_with(|s| llm.configure(s, "scripted", &[])).await;
+    let upstream = crate::upstreams::HttpUpstream::everything("streamableHttp").await;
+    let server = app
+        .create_server_ok(
+            "u",
+            serde_json::json!({"name": "every", "baseUrl": format!("{}/mcp", upstream.base),
+                "sampling": {"policy": "ask", "provider": "scripted", "model": "m"}}),
+        )
+        .await;
+    llm.push(openai_text("Decided over gRPC."));
+    let mut events = app
+        .request(reqwest::Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "u")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut grpc = client(&app).await;
+    let mut calling = grpc.clone();
+    let call = calling.call_tool(as_user(
+        &app,
+        "u",
+        CallToolRequest {
+            server_id: server.clone(),
+            tool_name: "trigger-sampling-request".into(),
+            arguments_json: r#"{"prompt":"Hi"}"#.into(),
+            ..Default::default()
+        },
+    ));
+    let deciding = async {
+        let request = crate::sampling::next_event(&mut events, "mcp.sampling.requested").await;
+        let id = request["id"].as_str().unwrap().to_owned();
+        let decide = |user: &str, action: &str| {
+            as_user(
+                &app,
+                user,
+                DecideSamplingRequest {
+                    id: id.clone(),
+                    action: action.into(),
+                },
+            )
+        };
+        let foreign = grpc
+            .decide_sampling(decide("mallory", "approve"))
+            .await
+            .unwrap_err();
+        assert_eq!(error_code(&foreign), "SAMPLING_REQUEST_NOT_FOUND");
+        grpc.decide_sampling(decide("u", "approve")).await.unwrap();
+    };
+    let (called, ()) = tokio::join!(call, deciding);
+    let result = called.unwrap().into_inner().result_json;
+    assert!(result.contains("Decided over gRPC."), "{result}");
+}

@@ -50,7 +50,7 @@ async fn sample(app: &TestApp, user: &str, server: &str, prompt: &str) -> String
 }
 
 /// The next event called `name` on a user's event stream.
-async fn next_event(
+pub async fn next_event(
     events: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
     name: &str,
 ) -> Value {
