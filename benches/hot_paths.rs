@@ -127,6 +127,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             http: http_client(Duration::from_secs(5), policy),
             auth: None,
             roots: Vec::new(),
+            owner: None,
         },
         call_timeout: Duration::from_secs(5),
     })

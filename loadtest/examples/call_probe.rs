@@ -43,6 +43,7 @@ async fn main() {
         http: http_client(Duration::from_secs(10), policy),
         auth: None,
         roots: Vec::new(),
+        owner: None,
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let pooled = Arc::new(connect(&spec, tx).await.unwrap());

@@ -81,6 +81,15 @@ pub struct UpstreamSpec {
     pub auth: Option<std::sync::Arc<dyn super::auth::UpstreamAuth>>,
     /// What `roots/list` answers when the call's client has no roots of its own.
     pub roots: Vec<crate::domain::RootEntry>,
+    /// Asked what the server asks outside any one call: the connection's user (`None`
+    /// for a global server, shared by every user).
+    pub owner: Option<std::sync::Arc<dyn super::downstream::Downstream>>,
+}
+
+impl std::fmt::Debug for dyn super::downstream::Downstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Downstream")
+    }
 }
 
 impl std::fmt::Debug for dyn super::auth::UpstreamAuth {
@@ -111,7 +120,7 @@ pub async fn connect(
     spec: &UpstreamSpec,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
-    let handler = PoolClientHandler::new(events, &spec.roots);
+    let handler = PoolClientHandler::new(events, &spec.roots, spec.owner.clone());
     let challenges = ChallengeSlot::default();
     let manager = match &spec.auth {
         Some(auth) => auth.manager().await?,

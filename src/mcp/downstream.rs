@@ -2,9 +2,12 @@
 //!
 //! One upstream session serves all of a user's callers, so a server's request must reach
 //! the caller it relates to. Every tool call enters [`Callers`] for its duration, with the
-//! [`Downstream`] that can answer for it, if any (a gateway client); a server request is
-//! answered by the only call in flight. Nobody to ask is an error to the server, never a
-//! made-up answer: `decline` means only that a user declined.
+//! [`Downstream`] that can answer for it (a gateway client, or the call's user); a server
+//! request is answered by the only call in flight. When it cannot be tied to one call
+//! (none or several in flight), the connection's own user is asked on their event stream,
+//! never another user's caller. Nobody to ask (a global server, shared by every user) is
+//! an error to the server, never a made-up answer: `decline` means only that a user
+//! declined.
 
 // Sampling is deprecated in 2026-07-28 but is what 2025-11-25 servers use.
 #![allow(deprecated)]
@@ -42,6 +45,9 @@ type InFlight = (u64, Option<Arc<dyn Downstream>>);
 pub struct Callers {
     next: AtomicU64,
     calls: Mutex<Vec<InFlight>>,
+    /// The connection's user, for requests no single call answers; `None` for a server
+    /// shared by all users.
+    owner: Option<Arc<dyn Downstream>>,
 }
 
 /// Leaves [`Callers`] when the call ends (answered, failed or abandoned).
@@ -61,6 +67,13 @@ impl Drop for CallerGuard {
 }
 
 impl Callers {
+    pub fn new(owner: Option<Arc<dyn Downstream>>) -> Self {
+        Self {
+            owner,
+            ..Self::default()
+        }
+    }
+
     pub fn enter(self: &Arc<Self>, downstream: Option<Arc<dyn Downstream>>) -> CallerGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.calls
@@ -74,24 +87,23 @@ impl Callers {
     }
 
     /// Who a server's request goes to: the only call in flight, when it has someone to
-    /// ask. With several calls in flight the request cannot be told apart, so nobody is
-    /// asked rather than the wrong caller.
+    /// ask. With none or several in flight the request cannot be tied to a call, so the
+    /// connection's user is asked rather than the wrong caller.
     pub fn answering(&self) -> Result<Arc<dyn Downstream>, ErrorData> {
         let calls = self.calls.lock().expect("callers lock");
-        match calls.as_slice() {
-            [(_, Some(downstream))] => Ok(downstream.clone()),
-            [(_, None)] => Err(ErrorData::invalid_request(
-                "nobody can answer: this call's client does not take requests from the server",
-                None,
-            )),
-            [] => Err(ErrorData::invalid_request(
-                "nobody can answer: no call is in flight on this connection",
-                None,
-            )),
-            _ => Err(ErrorData::invalid_request(
-                "nobody can answer: several calls are in flight and the request names none",
-                None,
-            )),
+        if let [(_, Some(downstream))] = calls.as_slice() {
+            return Ok(downstream.clone());
         }
+        self.owner.clone().ok_or_else(|| {
+            let why = match calls.len() {
+                0 => "no call is in flight on this connection",
+                1 => "this call's client does not take requests from the server",
+                _ => "several calls are in flight and the request names none",
+            };
+            ErrorData::invalid_request(
+                format!("nobody can answer: {why}, and this server is shared by all users"),
+                None,
+            )
+        })
     }
 }

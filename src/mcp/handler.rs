@@ -44,7 +44,11 @@ pub struct PoolClientHandler {
 }
 
 impl PoolClientHandler {
-    pub fn new(events: mpsc::UnboundedSender<UpstreamEvents>, roots: &[RootEntry]) -> Self {
+    pub fn new(
+        events: mpsc::UnboundedSender<UpstreamEvents>,
+        roots: &[RootEntry],
+        owner: Option<Arc<dyn super::downstream::Downstream>>,
+    ) -> Self {
         let roots = roots
             .iter()
             .map(|entry| {
@@ -55,7 +59,7 @@ impl PoolClientHandler {
             .collect();
         Self {
             progress: ProgressDispatcher::new(),
-            callers: Arc::default(),
+            callers: Arc::new(Callers::new(owner)),
             events,
             roots,
         }

@@ -371,6 +371,7 @@ impl UpstreamService {
                     self.oauth.connector(&server)
                 },
                 roots: server.spec.roots.clone(),
+                owner: (!global).then(|| self.elicitations.for_user(&server)),
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,

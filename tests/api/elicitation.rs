@@ -261,3 +261,75 @@ pub async fn server_of(app: &TestApp, user: &str) -> String {
     let listed = app.user(user, Method::GET, "/api/mcp-servers", None).await;
     listed.body["servers"][0]["id"].as_str().unwrap().to_owned()
 }
+
+#[tokio::test]
+async fn questions_of_concurrent_calls_reach_their_user_on_the_event_stream() {
+    // Two REST calls in flight on one upstream session: a question cannot be tied to
+    // either, so it goes to the connection's user, never nowhere and never to another.
+    let app = spawn_pool_app().await;
+    let upstream = HttpUpstream::everything("streamableHttp").await;
+    let server = app
+        .create_server_ok(
+            "alice",
+            json!({"name": "every", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let mut events = app
+        .request(Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "alice")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let ask = || app.call("alice", &server, "trigger-elicitation-request", json!({}));
+    let answering = async {
+        use futures::StreamExt;
+        // Both questions may come in one chunk: read events off one buffer.
+        let (mut buffer, mut answered) = (String::new(), 0);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while answered < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{answered} of 2 questions reached the user"
+            );
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                if !block.contains("event: mcp.elicitation.requested") {
+                    continue;
+                }
+                let data = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .unwrap();
+                let question: serde_json::Value = serde_json::from_str(data).unwrap();
+                let id = question["id"].as_str().unwrap();
+                let reply = app
+                    .user(
+                        "alice",
+                        Method::POST,
+                        &format!("/api/elicitations/{id}"),
+                        Some(json!({"action": "accept", "content": {"name": "Alice"}})),
+                    )
+                    .await;
+                assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+                answered += 1;
+            }
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), events.next())
+                .await
+                .expect("both questions within 20 s")
+                .unwrap()
+                .unwrap();
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let (first, second, ()) = tokio::join!(ask(), ask(), answering);
+    for reply in [first, second] {
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert!(
+            text_of(&reply.body).contains("User provided the requested information"),
+            "{}",
+            reply.text
+        );
+    }
+}
