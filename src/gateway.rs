@@ -48,8 +48,9 @@ pub struct GatewayHandler {
     scope_owner: Arc<std::sync::OnceLock<crate::domain::UserId>>,
 }
 
-/// Passes a server's log message (at or above the session's level) or resource update
-/// (of a resource the session subscribed to) on to the session's client.
+/// Passes a server's log message (at or above the session's level), resource update (of
+/// a resource the session subscribed to) or resource/prompt list change on to the
+/// session's client.
 async fn relay(
     peer: &rmcp::Peer<RoleServer>,
     listening: &Mutex<Listening>,
@@ -75,6 +76,12 @@ async fn relay(
                 peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
                     .await?;
             }
+        }
+        crate::mcp::UpstreamEvents::ResourcesChanged => {
+            peer.notify_resource_list_changed().await?;
+        }
+        crate::mcp::UpstreamEvents::PromptsChanged => {
+            peer.notify_prompt_list_changed().await?;
         }
         _ => {}
     }
@@ -256,7 +263,9 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
         .enable_tools()
         .enable_tool_list_changed()
         .enable_resources()
+        .enable_resources_list_changed()
         .enable_prompts()
+        .enable_prompts_list_changed()
         .build();
     if features.logging {
         capabilities.logging = Some(Default::default());

@@ -15,6 +15,7 @@ mod parked;
 mod presets;
 mod rate_limits;
 pub mod sampling;
+mod server_logs;
 mod servers;
 mod tool_calls;
 mod upstream;
@@ -87,6 +88,7 @@ impl Services {
             pool.clone(),
             cluster.clone(),
         );
+        server_logs::relay(&pool, events.clone());
         let rate_limits = Arc::new(RateLimits::new(&settings.limits));
         let sampling = sampling::Sampling::new(
             events.clone(),

@@ -430,13 +430,14 @@ fn model_name(listing: &AssistantTools, server: Option<&str>, tool: &str) -> Str
 }
 
 /// The user's events a chat client needs while its turn runs: its message's tool calls,
-/// and what the user's servers ask of the user (a question, a sampling approval, an
-/// authorization).
-const NOTICES: [&str; 6] = [
+/// what the user's servers ask of the user (a question, a sampling approval, an
+/// authorization), and what they log.
+const NOTICES: [&str; 7] = [
     "mcp.elicitation.requested",
     "mcp.elicitation.completed",
     "mcp.sampling.requested",
     "mcp.sampling.completed",
+    "mcp.log",
     "mcp.oauth.required",
     "mcp.oauth.completed",
 ];

@@ -34,9 +34,13 @@
 //!
 //! Tools: `echo`, `add`, `slow` (sleeps, honours cancellation), `fail` (an error result),
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
-//! `extra` and sends tools/list_changed), `progress` (progress notifications), `env` (reads
+//! `extra` and sends tools/list_changed), `announce` (resources and prompts
+//! list_changed), `log` (a log message), `progress` (progress notifications), `env` (reads
 //! an environment variable), `pid`. Resources `fixture://greeting` and
 //! `fixture://cancellations` (requests cancelled by the client so far); one prompt `greet`.
+
+// Logging is deprecated in 2026-07-28 but is what 2025-11-25 clients take.
+#![allow(deprecated)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,6 +143,20 @@ impl Fixture {
                 schema(json!({"type": "object"})),
             ),
             Tool::new(
+                "announce",
+                "Announces resources/list_changed and prompts/list_changed",
+                schema(json!({"type": "object"})),
+            ),
+            Tool::new(
+                "log",
+                "Sends a log message (notifications/message) with `text` at `level`",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "level": {"type": "string"}},
+                    "required": ["text"]
+                })),
+            ),
+            Tool::new(
                 "progress",
                 "Sends progress notifications, then returns",
                 schema(json!({
@@ -188,7 +206,10 @@ impl ServerHandler for Fixture {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -256,6 +277,25 @@ impl ServerHandler for Fixture {
                 self.extra_tool.store(true, Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;
                 Ok(text("tool list changed"))
+            }
+            "announce" => {
+                let _ = context.peer.notify_resource_list_changed().await;
+                let _ = context.peer.notify_prompt_list_changed().await;
+                Ok(text("announced"))
+            }
+            "log" => {
+                let message = argument(&request, "text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let level = argument(&request, "level")
+                    .cloned()
+                    .and_then(|l| serde_json::from_value(l).ok())
+                    .unwrap_or(LoggingLevel::Info);
+                let mut param = LoggingMessageNotificationParam::new(level, json!(message));
+                param.logger = Some("fixture".into());
+                let _ = context.peer.notify_logging_message(param).await;
+                Ok(text("logged"))
             }
             "progress" => {
                 let steps = argument(&request, "steps")

@@ -329,7 +329,8 @@ impl Actor for ConnectionActor {
             ConnectionMsg::Upstream(event) => match event {
                 UpstreamEvents::ToolsChanged => state.catalogs.invalidate_tools(&state.key).await,
                 UpstreamEvents::ResourcesChanged | UpstreamEvents::PromptsChanged => {
-                    state.catalogs.invalidate(&state.key).await
+                    state.catalogs.invalidate(&state.key).await;
+                    state.catalogs.announce(&state.key, event);
                 }
                 UpstreamEvents::Log(_) | UpstreamEvents::ResourceUpdated(_) => {
                     state.catalogs.announce(&state.key, event)

@@ -32,6 +32,7 @@ mod processes;
 mod rate_limits;
 mod sampling;
 mod secrets;
+mod server_notices;
 mod servers;
 mod session_scope;
 mod ssrf;

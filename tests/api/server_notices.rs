@@ -1,0 +1,117 @@
+//! What servers announce reaches the right people: log messages their user's event
+//! stream (`mcp.log`), resource and prompt list changes the gateway's clients.
+
+use std::sync::Arc;
+
+use reqwest::{Method, StatusCode};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::NotificationContext;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::helpers::spawn_pool_app;
+use crate::upstreams::fixture_preset;
+
+#[tokio::test]
+async fn a_servers_log_messages_reach_its_user_on_the_event_stream() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    let server = app
+        .create_server_ok("alice", json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    let mut events = app
+        .request(Method::GET, "/api/events")
+        .bearer_auth(&app.service_key)
+        .header("X-User-Id", "alice")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let logged = app
+        .call(
+            "alice",
+            &server,
+            "log",
+            json!({"text": "disk almost full", "level": "warning"}),
+        )
+        .await;
+    assert_eq!(logged.status, StatusCode::OK, "{}", logged.text);
+    let event = crate::sampling::next_event(&mut events, "mcp.log").await;
+    assert_eq!(event["serverId"], server.as_str());
+    assert_eq!(event["level"], "warning");
+    assert_eq!(event["logger"], "fixture");
+    assert_eq!(event["data"], "disk almost full");
+}
+
+/// A gateway client that notes the list changes it is told of.
+#[derive(Clone, Default)]
+struct Listening {
+    resources: Arc<Notify>,
+    prompts: Arc<Notify>,
+}
+
+impl rmcp::ClientHandler for Listening {
+    async fn on_resource_list_changed(&self, _context: NotificationContext<rmcp::RoleClient>) {
+        self.resources.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<rmcp::RoleClient>) {
+        self.prompts.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn resource_and_prompt_list_changes_reach_gateway_clients() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["announce"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let created = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "t"})),
+        )
+        .await;
+    let token = created.body["token"].as_str().unwrap().to_owned();
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token);
+    let listening = Listening::default();
+    let client = listening
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    let capabilities = client.peer_info().unwrap().capabilities.clone();
+    assert_eq!(
+        capabilities.resources.and_then(|r| r.list_changed),
+        Some(true)
+    );
+    assert_eq!(
+        capabilities.prompts.and_then(|p| p.list_changed),
+        Some(true)
+    );
+    // The session's listener starts with it; give the first call a moment to find it.
+    client.list_all_tools().await.unwrap();
+    client
+        .call_tool(CallToolRequestParams::new("fx.announce"))
+        .await
+        .unwrap();
+    let within = std::time::Duration::from_secs(10);
+    tokio::time::timeout(within, listening.resources.notified())
+        .await
+        .expect("resources/list_changed reached the client");
+    tokio::time::timeout(within, listening.prompts.notified())
+        .await
+        .expect("prompts/list_changed reached the client");
+}
