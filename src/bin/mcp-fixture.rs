@@ -3,6 +3,8 @@
 //! `mcp-fixture stdio` speaks MCP on stdin/stdout. `mcp-fixture http [--port N]` serves
 //! streamable HTTP at `/mcp` and the legacy HTTP+SSE transport at `/sse` (+ `POST
 //! /message?sessionId=..`), and prints `listening on http://127.0.0.1:PORT` once ready.
+//! With `--modern-only`, `/mcp` speaks MCP 2026-07-28 alone: it refuses `initialize` and
+//! serves `server/discover` and per-request metadata, without sessions.
 //! With `--require-basic USER:PASS` and/or `--require-query NAME=VALUE`, `/mcp` answers 401
 //! to a request without those credentials (as servers that take their key in the URL do).
 //!
@@ -74,6 +76,8 @@ struct Fixture {
     extra_tool: Arc<AtomicBool>,
     /// `--oauth`: lists `admin_tool`, the default tool that needs the write scope.
     admin_tool: bool,
+    /// `--modern-only`: speaks 2026-07-28 alone (no `initialize`, no sessions).
+    modern_only: bool,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -200,6 +204,14 @@ impl Fixture {
 }
 
 impl ServerHandler for Fixture {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.modern_only {
+            std::borrow::Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         InitializeResult::new(
             ServerCapabilities::builder()
@@ -540,6 +552,7 @@ async fn serve_http(
     port: u16,
     required: Required,
     oauth: Option<oauth::OAuthConfig>,
+    modern_only: bool,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let origin = format!("http://{}", listener.local_addr()?);
@@ -549,6 +562,7 @@ async fn serve_http(
         move || {
             Ok(Fixture {
                 admin_tool,
+                modern_only,
                 ..Fixture::default()
             })
         },
@@ -613,6 +627,7 @@ async fn main() -> std::process::ExitCode {
             let mut oauth_on = false;
             let mut oauth_config = oauth::OAuthConfig::default();
             let mut oauth_options = false;
+            let mut modern_only = false;
             let mut rest = args[1..].iter().cloned();
             while let Some(flag) = rest.next() {
                 let mut next = || rest.next();
@@ -627,6 +642,10 @@ async fn main() -> std::process::ExitCode {
                         .is_some(),
                     "--oauth" => {
                         oauth_on = true;
+                        true
+                    }
+                    "--modern-only" => {
+                        modern_only = true;
                         true
                     }
                     _ => match oauth_config.parse_flag(&flag, &mut next) {
@@ -649,11 +668,17 @@ async fn main() -> std::process::ExitCode {
                 eprintln!("mcp-fixture: the OAuth options need --oauth");
                 return std::process::ExitCode::from(2);
             }
-            serve_http(port, required, oauth_on.then_some(oauth_config)).await
+            serve_http(
+                port,
+                required,
+                oauth_on.then_some(oauth_config),
+                modern_only,
+            )
+            .await
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--oauth [OAuth options, see the source's doc]]"
+                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

@@ -1,5 +1,7 @@
 //! Opening a session to an upstream: spawn or dial, then the initialize handshake, all
-//! within the connect timeout.
+//! within the connect timeout. A streamable-HTTP server that refuses `initialize` because
+//! it speaks only revisions without it (2026-07-28) is opened with `server/discover`
+//! instead; every other server pays no extra round trip.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -8,6 +10,8 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
+use rmcp::model::{ErrorCode, ProtocolVersion};
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::AsyncBufReadExt;
@@ -120,7 +124,8 @@ pub async fn connect(
     spec: &UpstreamSpec,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
-    let handler = PoolClientHandler::new(events, &spec.roots, spec.owner.clone());
+    let new_handler = || PoolClientHandler::new(events.clone(), &spec.roots, spec.owner.clone());
+    let handler = new_handler();
     let challenges = ChallengeSlot::default();
     let manager = match &spec.auth {
         Some(auth) => auth.manager().await?,
@@ -172,34 +177,34 @@ pub async fn connect(
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::StreamableHttp { url, headers } => {
-                let config = StreamableHttpClientTransportConfig::with_uri(url.expose().as_str())
-                    .custom_headers(
-                        header_map(headers)?
-                            .into_iter()
-                            .filter_map(|(k, v)| Some((k?, v)))
-                            .collect::<HashMap<_, _>>(),
-                    )
-                    .reinit_on_expired_session(true);
-                let client = UrlFreeErrors {
-                    client: spec.http.clone(),
-                    challenges: challenges.clone(),
-                };
-                let served = match manager {
-                    // rmcp's `AuthClient` puts the token on each request, refreshes it
-                    // shortly before it expires, and once more on a 401.
-                    Some(manager) => {
-                        let client = rmcp::transport::auth::AuthClient::new(client, manager);
-                        handler
-                            .serve(StreamableHttpClientTransport::with_client(client, config))
-                            .instrument(session.clone())
-                            .await
+                let lifecycle = ClientLifecycleMode::Initialize;
+                let served =
+                    serve_http(spec, url, headers, handler, manager, &challenges, lifecycle)
+                        .instrument(session.clone())
+                        .await?;
+                let served = match served {
+                    Err(error) if speaks_only_newer_revisions(&error) => {
+                        tracing::info!(upstream = %spec.label, "the server refuses initialize: opening it with server/discover");
+                        let manager = match &spec.auth {
+                            Some(auth) => auth.manager().await?,
+                            None => None,
+                        };
+                        let lifecycle = ClientLifecycleMode::Discover {
+                            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                        };
+                        serve_http(
+                            spec,
+                            url,
+                            headers,
+                            new_handler(),
+                            manager,
+                            &challenges,
+                            lifecycle,
+                        )
+                        .instrument(session.clone())
+                        .await?
                     }
-                    None => {
-                        handler
-                            .serve(StreamableHttpClientTransport::with_client(client, config))
-                            .instrument(session.clone())
-                            .await
-                    }
+                    served => served,
                 };
                 served.map_err(|e| McpError::Connect(e.to_string()))
             }
@@ -252,6 +257,52 @@ pub async fn connect(
         }
     };
     Ok(McpClient::new(service, challenges))
+}
+
+type ClientSession = rmcp::service::RunningService<rmcp::RoleClient, PoolClientHandler>;
+
+/// One streamable-HTTP session opened with `lifecycle` (the outer error: unusable
+/// headers).
+async fn serve_http(
+    spec: &UpstreamSpec,
+    url: &SecretUrl,
+    headers: &BTreeMap<String, String>,
+    handler: PoolClientHandler,
+    manager: Option<rmcp::transport::auth::AuthorizationManager>,
+    challenges: &ChallengeSlot,
+    lifecycle: ClientLifecycleMode,
+) -> Result<Result<ClientSession, ClientInitializeError>, McpError> {
+    let config = StreamableHttpClientTransportConfig::with_uri(url.expose().as_str())
+        .custom_headers(
+            header_map(headers)?
+                .into_iter()
+                .filter_map(|(k, v)| Some((k?, v)))
+                .collect::<HashMap<_, _>>(),
+        )
+        .reinit_on_expired_session(true);
+    let client = UrlFreeErrors {
+        client: spec.http.clone(),
+        challenges: challenges.clone(),
+    };
+    Ok(match manager {
+        // rmcp's `AuthClient` puts the token on each request, refreshes it shortly
+        // before it expires, and once more on a 401.
+        Some(manager) => {
+            let client = rmcp::transport::auth::AuthClient::new(client, manager);
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            handler.serve_with_lifecycle(transport, lifecycle).await
+        }
+        None => {
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            handler.serve_with_lifecycle(transport, lifecycle).await
+        }
+    })
+}
+
+/// The server answered `initialize` that it speaks only revisions without it.
+fn speaks_only_newer_revisions(error: &ClientInitializeError) -> bool {
+    matches!(error, ClientInitializeError::JsonRpcError(error)
+        if error.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION)
 }
 
 /// A failed HTTP connect whose host the URL policy refuses now is reported as that

@@ -118,3 +118,35 @@ async fn a_response_stream_closed_mid_call_is_resumed_with_last_event_id() {
         .unwrap();
     assert!(stats["resumes"].as_u64() >= Some(1), "{stats}");
 }
+
+#[tokio::test]
+async fn a_server_that_speaks_only_2026_07_28_is_opened_with_discover() {
+    // It refuses `initialize` (-32022, unsupported protocol version).
+    let upstream = HttpUpstream::fixture_with(&["--modern-only"]).await;
+    let app = spawn_pool_app().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "modern", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let connected = app
+        .user(
+            "u",
+            Method::POST,
+            &format!("/api/mcp-servers/{server}/connect"),
+            None,
+        )
+        .await;
+    assert_eq!(connected.status, StatusCode::OK, "{}", connected.text);
+    assert_eq!(
+        connected.body["protocolVersion"], "2026-07-28",
+        "{}",
+        connected.text
+    );
+    let echo = app
+        .call("u", &server, "echo", json!({"text": "no handshake"}))
+        .await;
+    assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+    assert_eq!(crate::upstreams::text_of(&echo.body), "no handshake");
+}
