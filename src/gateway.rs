@@ -12,6 +12,7 @@
 // clients (and the servers behind them) use.
 #![allow(deprecated)]
 
+pub mod rounds;
 pub mod xiaozhi;
 
 use std::collections::HashSet;
@@ -46,6 +47,10 @@ pub struct GatewayHandler {
     scope: Arc<str>,
     /// Set by the first call, which starts the task that ends the scope's connections.
     scope_owner: Arc<std::sync::OnceLock<crate::domain::UserId>>,
+    /// Calls of 2026-07-28 clients whose upstream asked something, waiting for the
+    /// client's retry (shared by every handler of the endpoint: those clients have no
+    /// session).
+    rounds: rounds::Rounds,
 }
 
 /// Passes a server's log message (at or above the session's level), resource update (of
@@ -177,6 +182,19 @@ fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
 
 /// An error as an MCP client sees it: the client's own mistakes are invalid params,
 /// the rest internal errors; both carry the stable code.
+/// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
+/// errors; a call that was made and failed is a result the model should read.
+fn call_outcome(result: Result<CallToolResult, Error>) -> Result<CallToolResult, ErrorData> {
+    match result {
+        Ok(result) => Ok(result),
+        Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => Err(to_mcp_error(error)),
+        Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "{}: {error}",
+            error.code()
+        ))])),
+    }
+}
+
 fn to_mcp_error(error: Error) -> ErrorData {
     let data = Some(json!({"code": error.code()}));
     match &error {
@@ -203,7 +221,67 @@ impl GatewayHandler {
             session,
             scope: Arc::from(uuid::Uuid::new_v4().to_string()),
             scope_owner: Arc::default(),
+            rounds: rounds::Rounds::new(std::time::Duration::from_secs(300)),
         }
+    }
+
+    /// Shares `rounds` with the endpoint's other handlers.
+    pub fn with_rounds(mut self, rounds: rounds::Rounds) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
+    /// A call of a client without server-to-client requests (2026-07-28) that can answer
+    /// what the upstream asks: in rounds. `None` for other clients.
+    async fn call_in_rounds(
+        &self,
+        principal: &GatewayPrincipal,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Result<CallToolResponse, ErrorData>> {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        if !modern {
+            return None;
+        }
+        if let Some(state) = &request.request_state {
+            let responses = request.input_responses.clone();
+            return Some(self.rounds.resume(&principal.user, state, responses).await);
+        }
+        let answers = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some() || c.sampling.is_some() || c.roots.is_some());
+        if !answers {
+            return None;
+        }
+        let (service, principal_owned) = (self.service.clone(), principal.clone());
+        let (name, arguments) = (request.name.to_string(), request.arguments.clone());
+        let max_result_bytes = self.max_result_bytes;
+        let response = self
+            .rounds
+            .start(&principal.user, move |downstream, cancel| {
+                Box::pin(async move {
+                    let caller = Caller {
+                        live: None,
+                        downstream: Some(downstream),
+                        scope: None,
+                    };
+                    let result = service
+                        .call(
+                            &principal_owned,
+                            &name,
+                            arguments,
+                            caller,
+                            &cancel,
+                            max_result_bytes,
+                        )
+                        .await;
+                    call_outcome(result)
+                })
+            })
+            .await;
+        Some(Ok(response))
     }
 
     /// The scope of this session's calls; the first one arranges for its upstream
@@ -433,6 +511,9 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
+        if let Some(answer) = self.call_in_rounds(&principal, &request, &context).await {
+            return answer;
+        }
         let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
         let token = context.meta.get_progress_token();
         let cancel: CancellationToken = context.ct.clone();
@@ -505,12 +586,7 @@ impl ServerHandler for GatewayHandler {
                     })),
                 ))
             }
-            // The call was made and failed: the model should read why.
-            Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                "{}: {error}",
-                error.code()
-            ))])
-            .into()),
+            other => call_outcome(other).map(Into::into),
         }
     }
 

@@ -333,3 +333,65 @@ async fn questions_of_concurrent_calls_reach_their_user_on_the_event_stream() {
         );
     }
 }
+
+/// A 2026-07-28 gateway client (no session, no server-to-client requests) whose user
+/// answers every question with `answer`.
+#[derive(Clone)]
+struct RoundAnswering;
+
+impl rmcp::ClientHandler for RoundAnswering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "round-answering", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"response": "in rounds"})))
+    }
+}
+
+#[tokio::test]
+async fn a_2026_07_28_client_answers_a_servers_question_in_rounds() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let app = spawn_pool_app().await;
+    let upstream = HttpUpstream::conformance_server().await;
+    let token = setup(&app, "alice", &upstream).await;
+    let server = server_of(&app, "alice").await;
+    // The everything-server drops a question sent before the pool's GET stream is open.
+    app.user(
+        "alice",
+        Method::POST,
+        &format!("/api/mcp-servers/{server}/connect"),
+        None,
+    )
+    .await;
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token);
+    let client = RoundAnswering
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    // The gateway returns the question as an InputRequiredResult; rmcp's client answers
+    // it through its handler and retries with the answer and the requestState.
+    let result = client.call_tool(ask("Your name?")).await.unwrap();
+    let said = result.content[0].as_text().unwrap().text.clone();
+    assert!(
+        said.contains("action=accept") && said.contains("in rounds"),
+        "{said}"
+    );
+}

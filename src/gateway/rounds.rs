@@ -1,0 +1,209 @@
+//! Multi round-trip calls (MCP 2026-07-28, SEP-2322) for gateway clients that take no
+//! server-to-client requests: what an upstream asks during a call (elicitation, sampling,
+//! roots) goes back as an `InputRequiredResult`; the call runs on meanwhile, and the
+//! client's retry (its answers and the `requestState`) resumes it. A round lives on this
+//! instance, is resumed only by its own user, once, and is cancelled (the upstream told)
+//! when nobody resumes it within its time.
+
+// Sampling and roots are deprecated in 2026-07-28 but are what 2025-11-25 servers send.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CreateMessageRequest, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, InputRequest,
+    InputRequiredResult, InputResponses, ListRootsRequest, ListRootsResult,
+};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::UserId;
+use crate::mcp::downstream::Downstream;
+
+/// The key of the one input request each round carries.
+const KEY: &str = "upstream";
+
+/// A question of the upstream, with where its answer goes.
+enum Question {
+    Elicit(ElicitRequestParams, oneshot::Sender<Value>),
+    Sample(CreateMessageRequestParams, oneshot::Sender<Value>),
+    Roots(oneshot::Sender<Value>),
+}
+
+impl Question {
+    fn split(self) -> (InputRequest, oneshot::Sender<Value>) {
+        match self {
+            Question::Elicit(params, reply) => {
+                (InputRequest::Elicitation(ElicitRequest::new(params)), reply)
+            }
+            Question::Sample(params, reply) => (
+                InputRequest::CreateMessage(CreateMessageRequest::new(params)),
+                reply,
+            ),
+            Question::Roots(reply) => (InputRequest::ListRoots(ListRootsRequest::default()), reply),
+        }
+    }
+}
+
+/// One call whose client is asked in rounds.
+struct Running {
+    questions: mpsc::Receiver<Question>,
+    result: tokio::task::JoinHandle<Result<CallToolResult, ErrorData>>,
+    /// Cancels the call when the round is dropped unanswered.
+    _cancel: tokio_util::sync::DropGuard,
+}
+
+struct Waiting {
+    user: UserId,
+    running: Running,
+    answer: oneshot::Sender<Value>,
+}
+
+/// The rounds waiting for their clients on this instance.
+#[derive(Clone)]
+pub struct Rounds {
+    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    ttl: Duration,
+}
+
+/// Asks through rounds: each question goes to the handler that returns it to the client.
+struct RoundAsked(mpsc::Sender<Question>);
+
+impl RoundAsked {
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        question: impl FnOnce(oneshot::Sender<Value>) -> Question,
+    ) -> Result<T, ErrorData> {
+        let (reply, answered) = oneshot::channel();
+        self.0
+            .send(question(reply))
+            .await
+            .map_err(|_| ErrorData::internal_error("the client went away", None))?;
+        let answer = answered
+            .await
+            .map_err(|_| ErrorData::invalid_request("the client did not answer in time", None))?;
+        serde_json::from_value(answer)
+            .map_err(|e| ErrorData::invalid_params(format!("the client's answer: {e}"), None))
+    }
+}
+
+impl Downstream for RoundAsked {
+    fn elicit(
+        &self,
+        params: ElicitRequestParams,
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        Box::pin(self.ask(|reply| Question::Elicit(params, reply)))
+    }
+
+    fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        Box::pin(self.ask(|reply| Question::Sample(params, reply)))
+    }
+
+    fn roots(&self) -> BoxFuture<'_, Option<Result<ListRootsResult, ErrorData>>> {
+        Box::pin(async { Some(self.ask(Question::Roots).await) })
+    }
+}
+
+impl Rounds {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            waiting: Arc::default(),
+            ttl,
+        }
+    }
+
+    /// Runs `call` with a downstream that asks in rounds; the first round's answer.
+    pub async fn start<F>(&self, user: &UserId, call: F) -> CallToolResponse
+    where
+        F: FnOnce(
+            Arc<dyn Downstream>,
+            CancellationToken,
+        ) -> BoxFuture<'static, Result<CallToolResult, ErrorData>>,
+    {
+        let (ask, questions) = mpsc::channel(1);
+        let cancel = CancellationToken::new();
+        let result = tokio::spawn(call(Arc::new(RoundAsked(ask)), cancel.clone()));
+        let running = Running {
+            questions,
+            result,
+            _cancel: cancel.drop_guard(),
+        };
+        self.next(user, running).await
+    }
+
+    /// A client's retry: its answer goes to the upstream, and the call goes on.
+    pub async fn resume(
+        &self,
+        user: &UserId,
+        state: &str,
+        responses: Option<InputResponses>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let waiting = {
+            let mut waiting = self.waiting.lock().expect("rounds lock");
+            match waiting.get(state) {
+                Some(round) if round.user == *user => waiting.remove(state),
+                _ => None,
+            }
+        };
+        let Some(round) = waiting else {
+            return Err(ErrorData::invalid_params(
+                "requestState is unknown here: answered already, expired, or made by another instance",
+                None,
+            ));
+        };
+        let Some(answer) = responses.and_then(|mut r| r.remove(KEY)) else {
+            // Put back: the client may retry with its answer.
+            let mut waiting = self.waiting.lock().expect("rounds lock");
+            waiting.insert(state.to_owned(), round);
+            return Err(ErrorData::invalid_params(
+                format!("inputResponses must answer '{KEY}'"),
+                None,
+            ));
+        };
+        let _ = round.answer.send(answer);
+        Ok(self.next(user, round.running).await)
+    }
+
+    /// Waits for the call's result or its next question.
+    async fn next(&self, user: &UserId, mut running: Running) -> CallToolResponse {
+        tokio::select! {
+            result = &mut running.result => match result {
+                Ok(Ok(result)) => result.into(),
+                Ok(Err(error)) => CallToolResult::error(vec![rmcp::model::ContentBlock::text(error.message.to_string())]).into(),
+                Err(_) => CallToolResult::error(vec![rmcp::model::ContentBlock::text("the call stopped")]).into(),
+            },
+            Some(question) = running.questions.recv() => {
+                let (request, answer) = question.split();
+                let state = uuid::Uuid::new_v4().to_string();
+                self.waiting.lock().expect("rounds lock").insert(
+                    state.clone(),
+                    Waiting { user: user.clone(), running, answer },
+                );
+                self.expire(state.clone());
+                InputRequiredResult::new(
+                    Some([(KEY.to_owned(), request)].into_iter().collect()),
+                    Some(state),
+                )
+                .into()
+            }
+        }
+    }
+
+    /// Drops the round if nobody resumed it in time (its call is cancelled).
+    fn expire(&self, state: String) {
+        let (waiting, ttl) = (self.waiting.clone(), self.ttl);
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl).await;
+            waiting.lock().expect("rounds lock").remove(&state);
+        });
+    }
+}
