@@ -244,6 +244,30 @@ async fn a_rest_calls_question_is_parked_for_its_user_and_answered_through_the_a
         "{text}"
     );
 
+    // Declined: the server hears exactly that.
+    let declining = async {
+        let question = next_question(&mut events).await;
+        let id = question["id"].as_str().unwrap();
+        let declined = app
+            .user(
+                "alice",
+                Method::POST,
+                &format!("/api/elicitations/{id}"),
+                Some(json!({"action": "decline"})),
+            )
+            .await;
+        assert_eq!(declined.status, StatusCode::OK, "{}", declined.text);
+    };
+    let asking = app.call(
+        "alice",
+        &server,
+        "test_elicitation",
+        json!({"message": "Your age?"}),
+    );
+    let (reply, ()) = tokio::join!(asking, declining);
+    let text = text_of(&reply.body);
+    assert!(text.contains("action=decline"), "{text}");
+
     // Unanswered, the question is withdrawn as a cancel, not answered for the user.
     let reply = app
         .call(

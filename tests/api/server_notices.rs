@@ -1,5 +1,9 @@
 //! What servers announce reaches the right people: log messages their user's event
-//! stream (`mcp.log`), resource and prompt list changes the gateway's clients.
+//! stream (`mcp.log`) and gateway sessions at their level, resource and prompt list
+//! changes the gateway's clients.
+
+// Logging is deprecated in 2026-07-28 but is what 2025-11-25 clients take.
+#![allow(deprecated)]
 
 use std::sync::Arc;
 
@@ -114,4 +118,70 @@ async fn resource_and_prompt_list_changes_reach_gateway_clients() {
     tokio::time::timeout(within, listening.prompts.notified())
         .await
         .expect("prompts/list_changed reached the client");
+}
+
+/// A gateway client that keeps the log messages it is sent.
+#[derive(Clone)]
+struct Logged(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Logged {
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self
+            .0
+            .send(params.data.as_str().unwrap_or_default().to_owned());
+    }
+}
+
+#[tokio::test]
+async fn a_gateway_session_gets_log_messages_at_or_above_its_level() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["log"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let created = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "t"})),
+        )
+        .await;
+    let token = created.body["token"].as_str().unwrap().to_owned();
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token);
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let client = Logged(sent)
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    assert!(client.peer_info().unwrap().capabilities.logging.is_some());
+    client
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Warning,
+        ))
+        .await
+        .unwrap();
+    for (text, level) in [("quiet", "info"), ("loud", "error")] {
+        let mut call = CallToolRequestParams::new("fx.log");
+        call.arguments = json!({"text": text, "level": level}).as_object().cloned();
+        client.call_tool(call).await.unwrap();
+    }
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), received.recv())
+        .await
+        .expect("a log message within 10 s")
+        .unwrap();
+    assert_eq!(
+        first, "loud",
+        "the info message is below the session's level"
+    );
 }
