@@ -10,6 +10,7 @@ mod conformance;
 mod elicitation;
 mod embedded;
 mod gateway;
+mod gateway_features;
 mod global_servers;
 mod grpc;
 mod health;
