@@ -124,7 +124,8 @@ pub async fn connect(
     spec: &UpstreamSpec,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
-    let new_handler = || PoolClientHandler::new(events.clone(), &spec.roots, spec.owner.clone());
+    let new_handler =
+        || PoolClientHandler::new(events.clone(), &spec.label, &spec.roots, spec.owner.clone());
     let handler = new_handler();
     let challenges = ChallengeSlot::default();
     let manager = match &spec.auth {

@@ -37,8 +37,9 @@ pub trait Downstream: Send + Sync {
     }
 }
 
-/// One call in flight: its number and who can answer for it.
-type InFlight = (u64, Option<Arc<dyn Downstream>>);
+/// One call in flight: its number, who can answer for it, and its caller's span (the
+/// request id what the server says during it is logged under).
+type InFlight = (u64, Option<Arc<dyn Downstream>>, tracing::Span);
 
 /// The tool calls in flight on one connection.
 #[derive(Default)]
@@ -62,7 +63,7 @@ impl Drop for CallerGuard {
             .calls
             .lock()
             .expect("callers lock")
-            .retain(|(id, _)| *id != self.id);
+            .retain(|(id, _, _)| *id != self.id);
     }
 }
 
@@ -79,10 +80,18 @@ impl Callers {
         self.calls
             .lock()
             .expect("callers lock")
-            .push((id, downstream));
+            .push((id, downstream, tracing::Span::current()));
         CallerGuard {
             callers: self.clone(),
             id,
+        }
+    }
+
+    /// The span of the only call in flight: what the server says meanwhile belongs to it.
+    pub fn only_call_span(&self) -> Option<tracing::Span> {
+        match self.calls.lock().expect("callers lock").as_slice() {
+            [(_, _, span)] => Some(span.clone()),
+            _ => None,
         }
     }
 
@@ -91,7 +100,7 @@ impl Callers {
     /// connection's user is asked rather than the wrong caller.
     pub fn answering(&self) -> Result<Arc<dyn Downstream>, ErrorData> {
         let calls = self.calls.lock().expect("callers lock");
-        if let [(_, Some(downstream))] = calls.as_slice() {
+        if let [(_, Some(downstream), _)] = calls.as_slice() {
             return Ok(downstream.clone());
         }
         self.owner.clone().ok_or_else(|| {

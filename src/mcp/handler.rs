@@ -41,11 +41,14 @@ pub struct PoolClientHandler {
     events: mpsc::UnboundedSender<UpstreamEvents>,
     /// The server's configured roots, for `roots/list` without a client to answer it.
     roots: Vec<Root>,
+    /// Names the connection in logs (`user/server`).
+    label: String,
 }
 
 impl PoolClientHandler {
     pub fn new(
         events: mpsc::UnboundedSender<UpstreamEvents>,
+        label: &str,
         roots: &[RootEntry],
         owner: Option<Arc<dyn super::downstream::Downstream>>,
     ) -> Self {
@@ -62,6 +65,7 @@ impl PoolClientHandler {
             callers: Arc::new(Callers::new(owner)),
             events,
             roots,
+            label: label.to_owned(),
         }
     }
 }
@@ -136,6 +140,20 @@ impl ClientHandler for PoolClientHandler {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        // In the service log under the request of the call it came during, if one.
+        let span = self
+            .callers
+            .only_call_span()
+            .unwrap_or_else(tracing::Span::current);
+        span.in_scope(|| {
+            tracing::info!(
+                upstream = %self.label,
+                level = ?params.level,
+                logger = params.logger.as_deref(),
+                data = %params.data,
+                "server log message"
+            );
+        });
         let _ = self.events.send(UpstreamEvents::Log(params));
     }
 

@@ -1,7 +1,8 @@
 //! Servers' log messages (`notifications/message`) on their users' event streams as
-//! `mcp.log` and in the service log, for REST, chat and gRPC callers (gateway sessions
-//! get them relayed at their own level, see `gateway`). Global servers' logs, shared by
-//! every user, go to the service log only.
+//! `mcp.log`, for REST, chat and gRPC callers (gateway sessions get them relayed at their
+//! own level, see `gateway`; the service log gets them from the connection, under the
+//! request of the call they came during). Global servers' logs, shared by every user,
+//! go to no user.
 
 // Log notifications are deprecated in 2026-07-28 but are what 2025-11-25 servers send.
 #![allow(deprecated)]
@@ -34,11 +35,6 @@ pub fn relay(pool: &Pool, events: Arc<EventHub>) {
             };
             let key = &notice.key;
             let level = serde_json::to_value(message.level).unwrap_or_default();
-            tracing::info!(
-                user = %key.user, server = %key.server, scope = key.scope.as_deref(),
-                level = %level, logger = message.logger.as_deref(), data = %message.data,
-                "server log message"
-            );
             if key.user == UserId::global() {
                 continue;
             }

@@ -176,6 +176,68 @@ async fn actor_work_logs_under_the_request_id_that_started_it() {
     child.kill().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_servers_log_message_is_logged_under_the_request_of_its_call() {
+    let Binary {
+        mut child,
+        lines,
+        base,
+        _data,
+        ..
+    } = start_binary(&[]).await;
+    let client = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {
+        client
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(ADMIN_KEY)
+            .header("X-User-Id", "u")
+            .header("X-Request-Id", request_id)
+            .json(&body)
+            .send()
+    };
+    let preset = send(
+        reqwest::Method::POST,
+        "/admin/presets",
+        "req-preset",
+        crate::upstreams::fixture_preset(),
+    )
+    .await
+    .unwrap();
+    assert!(preset.status().is_success(), "{:?}", preset.text().await);
+    let created: Value = send(
+        reqwest::Method::POST,
+        "/api/mcp-servers",
+        "req-create",
+        json!({"name": "fx", "preset": "fixture"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let server = created["id"].as_str().expect("server id").to_owned();
+    let called = send(
+        reqwest::Method::POST,
+        &format!("/api/mcp-servers/{server}/tools/log/call"),
+        "req-log-5d1e",
+        json!({"arguments": {"text": "cache warmed", "level": "notice"}}),
+    )
+    .await
+    .unwrap();
+    assert!(called.status().is_success());
+    wait_for_line(
+        &lines,
+        "the server's log message, under the call's request id",
+        |l| {
+            l.contains("server log message")
+                && l.contains("cache warmed")
+                && l.contains("req-log-5d1e")
+        },
+    )
+    .await;
+    child.kill().await.unwrap();
+}
+
 /// With `--features otlp` and `log.otlp_endpoint` set, request spans reach an OTLP/HTTP
 /// collector (here a loopback one keeping what it is sent), flushed at the latest when the
 /// service stops.
