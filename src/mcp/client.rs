@@ -20,6 +20,10 @@ use super::handler::PoolClientHandler;
 /// Upper bound on pages followed for one list, so a server cannot loop us forever.
 const MAX_LIST_PAGES: usize = 64;
 
+/// How long a call whose last progress fell short of its total waits, after its result,
+/// for progress the server sent before that result (see `call_tool_reporting`).
+const LATE_PROGRESS_WAIT: Duration = Duration::from_millis(100);
+
 /// One `notifications/progress` received during a call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
@@ -408,11 +412,27 @@ impl McpClient {
         };
         guard.peer = None;
         // rmcp handles each notification in a task of its own, so progress sent before the
-        // result may be dispatched just after it: give those tasks a turn, then take what
-        // is queued (and pass it on like the rest).
+        // result may be dispatched just after it: give those tasks a turn and take what is
+        // queued. A busy machine may run them later still (one extra turn was not enough
+        // for the conformance suite's progress scenario under the CI's load): while the
+        // last progress seen is short of its total, wait a little for the rest.
         tokio::task::yield_now().await;
-        while let Some(Some(update)) = futures::FutureExt::now_or_never(progress_stream.next()) {
-            note_progress(update, live, &mut progress);
+        let deadline = tokio::time::Instant::now() + LATE_PROGRESS_WAIT;
+        loop {
+            while let Some(Some(update)) = futures::FutureExt::now_or_never(progress_stream.next())
+            {
+                note_progress(update, live, &mut progress);
+            }
+            let short_of_total = progress
+                .last()
+                .is_some_and(|p| p.total.is_some_and(|total| p.progress < total));
+            if !short_of_total {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, progress_stream.next()).await {
+                Ok(Some(update)) => note_progress(update, live, &mut progress),
+                _ => break,
+            }
         }
         match result.map_err(|e| self.challenges.explain(e.into()))? {
             ServerResult::CallToolResult(result) => Ok(CallOutcome { result, progress }),
