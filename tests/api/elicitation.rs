@@ -143,14 +143,7 @@ async fn a_rest_calls_question_is_parked_for_its_user_and_answered_through_the_a
     let upstream = HttpUpstream::conformance_server().await;
     setup(&app, "alice", &upstream).await;
     let server = server_of(&app, "alice").await;
-    let mut events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "alice")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("alice").await;
     // The everything-server drops a question sent before the pool's GET stream is open:
     // connect first.
     assert_eq!(
@@ -298,14 +291,7 @@ async fn questions_of_concurrent_calls_reach_their_user_on_the_event_stream() {
             json!({"name": "every", "baseUrl": format!("{}/mcp", upstream.base)}),
         )
         .await;
-    let mut events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "alice")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("alice").await;
     let ask = || app.call("alice", &server, "trigger-elicitation-request", json!({}));
     let answering = async {
         use futures::StreamExt;

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use reqwest::{Method, StatusCode};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::NotificationContext;
@@ -45,16 +44,7 @@ async fn prompt_arguments_complete_and_subscribed_updates_arrive_through_the_gat
         )
         .await;
     app.bind_ok("u", "a1", [&every]).await;
-    let created = app
-        .user(
-            "u",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "t"})),
-        )
-        .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
-    let token = created.body["token"].as_str().unwrap().to_owned();
+    let token = app.gateway_token("u", "a1").await;
     let config =
         StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
             .auth_header(token);

@@ -333,14 +333,7 @@ async fn a_servers_question_is_answered_over_grpc() {
         None,
     )
     .await;
-    let mut events = app
-        .request(reqwest::Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "u")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("u").await;
     let mut grpc = client(&app).await;
     let mut calling = grpc.clone();
     let call = calling.call_tool(as_user(
@@ -409,14 +402,7 @@ async fn a_servers_sampling_request_is_decided_over_grpc() {
         )
         .await;
     llm.push(openai_text("Decided over gRPC."));
-    let mut events = app
-        .request(reqwest::Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "u")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("u").await;
     let mut grpc = client(&app).await;
     let mut calling = grpc.clone();
     let call = calling.call_tool(as_user(

@@ -400,6 +400,34 @@ impl TestApp {
         .await
     }
 
+    /// A new gateway token of `user`'s `assistant`.
+    pub async fn gateway_token(&self, user: &str, assistant: &str) -> String {
+        let created = self
+            .user(
+                user,
+                Method::POST,
+                &format!("/api/assistants/{assistant}/gateway-tokens"),
+                Some(json!({"name": "test"})),
+            )
+            .await;
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+        created.body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// `user`'s event stream (`GET /api/events`), as it arrives.
+    pub async fn events(
+        &self,
+        user: &str,
+    ) -> impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + use<> {
+        self.request(Method::GET, "/api/events")
+            .bearer_auth(&self.service_key)
+            .header("X-User-Id", user)
+            .send()
+            .await
+            .unwrap()
+            .bytes_stream()
+    }
+
     /// The stdio fixture's process id for this user's server (connecting if needed).
     pub async fn fixture_pid(&self, user: &str, server: &str) -> u32 {
         let reply = self.call(user, server, "pid", json!({})).await;

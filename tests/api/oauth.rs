@@ -107,14 +107,7 @@ async fn a_server_that_answers_401_is_authorized_by_its_user_and_then_used() {
         status(&app, "alice", &server).await["status"],
         "not_required"
     );
-    let mut events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "alice")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("alice").await;
 
     // The first use: the server's 401 becomes a clear error with the way forward.
     let refused = app.call("alice", &server, "add", sum(1, 2)).await;
@@ -595,15 +588,7 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
         reply.text
     );
 
-    let created = app
-        .user(
-            "alice",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "desktop"})),
-        )
-        .await;
-    let token = created.body["token"].as_str().unwrap().to_owned();
+    let token = app.gateway_token("alice", "a1").await;
     let config = || {
         StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
             .auth_header(token.clone())

@@ -175,14 +175,7 @@ async fn ask_parks_the_request_for_its_user_until_approved_rejected_or_expired()
         json!({"policy": "ask", "provider": "scripted", "model": "m"}),
     )
     .await;
-    let mut events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "alice")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("alice").await;
     llm.push(openai_text("Approved answer."));
 
     // Approved: it runs, and only its user could decide.

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::NotificationContext;
@@ -26,14 +26,7 @@ async fn a_servers_log_messages_reach_its_user_on_the_event_stream() {
     let server = app
         .create_server_ok("alice", json!({"name": "fx", "preset": "fixture"}))
         .await;
-    let mut events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "alice")
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut events = app.events("alice").await;
     let logged = app
         .call(
             "alice",
@@ -78,15 +71,7 @@ async fn resource_and_prompt_list_changes_reach_gateway_clients() {
         )
         .await;
     app.bind_ok("u", "a1", [&server]).await;
-    let created = app
-        .user(
-            "u",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "t"})),
-        )
-        .await;
-    let token = created.body["token"].as_str().unwrap().to_owned();
+    let token = app.gateway_token("u", "a1").await;
     let config =
         StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
             .auth_header(token);
@@ -147,15 +132,7 @@ async fn a_gateway_session_gets_log_messages_at_or_above_its_level() {
         )
         .await;
     app.bind_ok("u", "a1", [&server]).await;
-    let created = app
-        .user(
-            "u",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "t"})),
-        )
-        .await;
-    let token = created.body["token"].as_str().unwrap().to_owned();
+    let token = app.gateway_token("u", "a1").await;
     let config =
         StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
             .auth_header(token);
