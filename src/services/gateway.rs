@@ -459,11 +459,7 @@ impl GatewayService {
     ) -> Result<()> {
         for (id, _) in self.servers(principal).await? {
             let id = id.to_string();
-            if self
-                .upstream
-                .features(&principal.user, &id)
-                .await
-                .is_ok_and(|f| f.logging)
+            if self.offers(principal, &id, |f| f.logging).await
                 && let Err(error) = self
                     .upstream
                     .set_log_level(&principal.user, &id, level)
@@ -473,6 +469,20 @@ impl GatewayService {
             }
         }
         Ok(())
+    }
+
+    /// Whether server `id` offers what `has` asks for (one that cannot be reached offers
+    /// nothing).
+    async fn offers(
+        &self,
+        principal: &GatewayPrincipal,
+        id: &str,
+        has: impl Fn(&ServerFeatures) -> bool,
+    ) -> bool {
+        self.upstream
+            .features(&principal.user, id)
+            .await
+            .is_ok_and(|f| has(&f))
     }
 
     /// `completion/complete`: a prompt argument goes to the prompt's server (under its
@@ -506,12 +516,7 @@ impl GatewayService {
         let mut last_error = None;
         for id in candidates {
             let id = id.to_string();
-            if !self
-                .upstream
-                .features(&principal.user, &id)
-                .await
-                .is_ok_and(|f| f.completions)
-            {
+            if !self.offers(principal, &id, |f| f.completions).await {
                 continue;
             }
             match self
@@ -541,12 +546,7 @@ impl GatewayService {
         let mut last_error = None;
         for (id, _) in self.servers(principal).await? {
             let id = id.to_string();
-            if !self
-                .upstream
-                .features(&principal.user, &id)
-                .await
-                .is_ok_and(|f| f.subscribe)
-            {
+            if !self.offers(principal, &id, |f| f.subscribe).await {
                 continue;
             }
             match self

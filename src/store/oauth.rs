@@ -182,8 +182,7 @@ impl OAuthRepo {
                 Expr::value(grant.expires_at),
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .exec(&self.db)
             .await?;
         Ok(())
@@ -211,8 +210,7 @@ impl OAuthRepo {
                 Expr::value(serde_json::json!([])),
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .exec(&self.db)
             .await?;
         Ok(before)
@@ -226,8 +224,7 @@ impl OAuthRepo {
     ) -> Result<Option<TokenRecord>, StoreError> {
         let before = self.token(user, server).await?;
         oauth_token::Entity::delete_many()
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .exec(&self.db)
             .await?;
         oauth_pending::Entity::delete_many()
@@ -246,8 +243,7 @@ impl OAuthRepo {
                 oauth_token::Column::StepUps,
                 Expr::col(oauth_token::Column::StepUps).add(Expr::value(1)),
             )
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .exec(&self.db)
             .await?;
         Ok(self
@@ -261,8 +257,7 @@ impl OAuthRepo {
     pub async fn reset_step_ups(&self, user: &UserId, server: Uuid) -> Result<(), StoreError> {
         oauth_token::Entity::update_many()
             .col_expr(oauth_token::Column::StepUps, Expr::value(0))
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .exec(&self.db)
             .await?;
         Ok(())
@@ -281,8 +276,7 @@ impl OAuthRepo {
         let taken = oauth_token::Entity::update_many()
             .col_expr(oauth_token::Column::RefreshLockUntil, Expr::value(until_ms))
             .col_expr(oauth_token::Column::RefreshLockHolder, Expr::value(holder))
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .filter(
                 Condition::any()
                     .add(oauth_token::Column::RefreshLockUntil.is_null())
@@ -309,8 +303,7 @@ impl OAuthRepo {
                 oauth_token::Column::RefreshLockHolder,
                 Expr::value(Option::<String>::None),
             )
-            .filter(oauth_token::Column::UserId.eq(user.as_str()))
-            .filter(oauth_token::Column::ServerId.eq(server))
+            .filter(token_of(user, server))
             .filter(oauth_token::Column::RefreshLockHolder.eq(holder))
             .exec(&self.db)
             .await?;
@@ -464,4 +457,11 @@ impl OAuthRepo {
             .await?;
         Ok(())
     }
+}
+
+/// The `oauth_tokens` row of (user, server).
+fn token_of(user: &UserId, server: Uuid) -> Condition {
+    Condition::all()
+        .add(oauth_token::Column::UserId.eq(user.as_str()))
+        .add(oauth_token::Column::ServerId.eq(server))
 }
