@@ -36,6 +36,26 @@ pub struct Binary {
     _data: tempfile::TempDir,
 }
 
+impl Binary {
+    /// A request to the binary as the admin acting for user `u`, under `request_id`.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        request_id: &str,
+        body: Value,
+    ) -> reqwest::Result<reqwest::Response> {
+        reqwest::Client::new()
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(ADMIN_KEY)
+            .header("X-User-Id", "u")
+            .header("X-Request-Id", request_id)
+            .json(&body)
+            .send()
+            .await
+    }
+}
+
 /// `extra_env` comes last, so it may override the data directory.
 pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
     let dir = tempfile::tempdir().unwrap();
@@ -92,141 +112,119 @@ pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
 
 #[tokio::test]
 async fn actor_work_logs_under_the_request_id_that_started_it() {
-    let Binary {
-        mut child,
-        lines,
-        base,
-        _data,
-        ..
-    } = start_binary(&[]).await;
-    let client = reqwest::Client::new();
-    let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {
-        client
-            .request(method, format!("{base}{path}"))
-            .bearer_auth(ADMIN_KEY)
-            .header("X-User-Id", "u")
-            .header("X-Request-Id", request_id)
-            .json(&body)
-            .send()
-    };
-    let created: Value = send(
-        reqwest::Method::POST,
-        "/api/mcp-servers",
-        "req-create",
-        json!({"name": "calc", "type": "embedded", "embedded": "calculator"}),
-    )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let mut binary = start_binary(&[]).await;
+    let created: Value = binary
+        .send(
+            reqwest::Method::POST,
+            "/api/mcp-servers",
+            "req-create",
+            json!({"name": "calc", "type": "embedded", "embedded": "calculator"}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let server = created["id"].as_str().expect("server id").to_owned();
-    let connected = send(
-        reqwest::Method::POST,
-        &format!("/api/mcp-servers/{server}/connect"),
-        "req-connect-7f3a",
-        json!({}),
-    )
-    .await
-    .unwrap();
+    let connected = binary
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/mcp-servers/{server}/connect"),
+            "req-connect-7f3a",
+            json!({}),
+        )
+        .await
+        .unwrap();
     assert!(connected.status().is_success());
-    send(
-        reqwest::Method::PUT,
-        "/api/assistants/a1/mcp-servers",
-        "req-bind",
-        json!({"serverIds": [server]}),
-    )
-    .await
-    .unwrap();
+    binary
+        .send(
+            reqwest::Method::PUT,
+            "/api/assistants/a1/mcp-servers",
+            "req-bind",
+            json!({"serverIds": [server]}),
+        )
+        .await
+        .unwrap();
     let message = uuid::Uuid::new_v4();
-    let parked: Value = send(
-        reqwest::Method::POST,
-        &format!("/api/messages/{message}/tool-calls"),
-        "req-submit",
-        json!({"assistantId": "a1", "calls": [
-            {"id": "c1", "name": "mcp__calc__add", "arguments": {"a": 2, "b": 3}}
-        ]}),
-    )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let parked: Value = binary
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/messages/{message}/tool-calls"),
+            "req-submit",
+            json!({"assistantId": "a1", "calls": [
+                {"id": "c1", "name": "mcp__calc__add", "arguments": {"a": 2, "b": 3}}
+            ]}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(parked["toolCalls"][0]["status"], "pending", "{parked}");
-    let approved = send(
-        reqwest::Method::POST,
-        &format!("/api/messages/{message}/tool-confirm"),
-        "req-approve-91c2",
-        json!({"toolCallId": "c1", "approved": true}),
-    )
-    .await
-    .unwrap();
+    let approved = binary
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/messages/{message}/tool-confirm"),
+            "req-approve-91c2",
+            json!({"toolCallId": "c1", "approved": true}),
+        )
+        .await
+        .unwrap();
     assert!(approved.status().is_success());
 
-    wait_for_line(&lines, "for the connect, under its request id", |l| {
-        l.contains("MCP connection established") && l.contains("req-connect-7f3a")
-    })
+    wait_for_line(
+        &binary.lines,
+        "for the connect, under its request id",
+        |l| l.contains("MCP connection established") && l.contains("req-connect-7f3a"),
+    )
     .await;
     wait_for_line(
-        &lines,
+        &binary.lines,
         "for the approved call, under the approval's request id",
         |l| l.contains("tool call executed") && l.contains("req-approve-91c2"),
     )
     .await;
-    child.kill().await.unwrap();
+    binary.child.kill().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_servers_log_message_is_logged_under_the_request_of_its_call() {
-    let Binary {
-        mut child,
-        lines,
-        base,
-        _data,
-        ..
-    } = start_binary(&[]).await;
-    let client = reqwest::Client::new();
-    let send = |method: reqwest::Method, path: &str, request_id: &str, body: Value| {
-        client
-            .request(method, format!("{base}{path}"))
-            .bearer_auth(ADMIN_KEY)
-            .header("X-User-Id", "u")
-            .header("X-Request-Id", request_id)
-            .json(&body)
-            .send()
-    };
-    let preset = send(
-        reqwest::Method::POST,
-        "/admin/presets",
-        "req-preset",
-        crate::upstreams::fixture_preset(),
-    )
-    .await
-    .unwrap();
+    let mut binary = start_binary(&[]).await;
+    let preset = binary
+        .send(
+            reqwest::Method::POST,
+            "/admin/presets",
+            "req-preset",
+            crate::upstreams::fixture_preset(),
+        )
+        .await
+        .unwrap();
     assert!(preset.status().is_success(), "{:?}", preset.text().await);
-    let created: Value = send(
-        reqwest::Method::POST,
-        "/api/mcp-servers",
-        "req-create",
-        json!({"name": "fx", "preset": "fixture"}),
-    )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let created: Value = binary
+        .send(
+            reqwest::Method::POST,
+            "/api/mcp-servers",
+            "req-create",
+            json!({"name": "fx", "preset": "fixture"}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let server = created["id"].as_str().expect("server id").to_owned();
-    let called = send(
-        reqwest::Method::POST,
-        &format!("/api/mcp-servers/{server}/tools/log/call"),
-        "req-log-5d1e",
-        json!({"arguments": {"text": "cache warmed", "level": "notice"}}),
-    )
-    .await
-    .unwrap();
+    let called = binary
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/mcp-servers/{server}/tools/log/call"),
+            "req-log-5d1e",
+            json!({"arguments": {"text": "cache warmed", "level": "notice"}}),
+        )
+        .await
+        .unwrap();
     assert!(called.status().is_success());
     wait_for_line(
-        &lines,
+        &binary.lines,
         "the server's log message, under the call's request id",
         |l| {
             l.contains("server log message")
@@ -235,7 +233,7 @@ async fn a_servers_log_message_is_logged_under_the_request_of_its_call() {
         },
     )
     .await;
-    child.kill().await.unwrap();
+    binary.child.kill().await.unwrap();
 }
 
 /// With `--features otlp` and `log.otlp_endpoint` set, request spans reach an OTLP/HTTP

@@ -83,21 +83,7 @@ impl HttpUpstream {
             .kill_on_drop(true)
             .spawn()
             .expect("node starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "server-everything did not start listening"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Self {
-            base: format!("http://127.0.0.1:{port}"),
-            child,
-        }
+        Self::once_listening(child, port, Duration::from_secs(20), "server-everything").await
     }
 
     /// `tests/upstreams/sdk_oauth_server.mjs` on a free port: an MCP server at `{base}/mcp`
@@ -164,15 +150,24 @@ impl HttpUpstream {
             .kill_on_drop(true)
             .spawn()
             .expect("node starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        Self::once_listening(
+            child,
+            port,
+            Duration::from_secs(30),
+            "the everything-server",
+        )
+        .await
+    }
+
+    /// `child` as an upstream at `http://127.0.0.1:{port}`, once it accepts connections
+    /// there (within `within`).
+    async fn once_listening(child: Child, port: u16, within: Duration, what: &str) -> Self {
+        let deadline = Instant::now() + within;
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_err()
         {
-            assert!(
-                Instant::now() < deadline,
-                "the everything-server did not start"
-            );
+            assert!(Instant::now() < deadline, "{what} did not start listening");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Self {
