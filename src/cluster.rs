@@ -29,6 +29,18 @@ use crate::domain::InstanceId;
 use crate::store::{Store, StoreError};
 use presence::Presence;
 
+/// One instance as `/admin/instances` shows it.
+#[derive(Debug, Clone)]
+pub struct InstanceInfo {
+    pub id: InstanceId,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub heartbeat_at: chrono::DateTime<chrono::Utc>,
+    /// Its heartbeat is recent enough (always true for this instance).
+    pub live: bool,
+    /// The instance that answered.
+    pub me: bool,
+}
+
 const CHANNEL: &str = "mcp_pool_cluster";
 
 /// PostgreSQL refuses NOTIFY payloads from 8000 bytes on; what is bigger is referenced.
@@ -207,6 +219,22 @@ impl Cluster {
     fn silent_since(&self) -> chrono::DateTime<chrono::Utc> {
         crate::domain::now()
             - chrono::Duration::seconds(self.inner.settings.instance_ttl_secs as i64)
+    }
+
+    /// Every instance sharing the database, as operators see them.
+    pub async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let since = self.silent_since();
+        let rows = self.inner.store.instances().all().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, started_at, heartbeat_at)| InstanceInfo {
+                id,
+                started_at,
+                heartbeat_at,
+                live: id == self.inner.me || heartbeat_at >= since,
+                me: id == self.inner.me,
+            })
+            .collect())
     }
 
     /// Instances alive now, this one included.

@@ -45,6 +45,19 @@ pub struct Settings {
     pub oauth: OAuthSettings,
     pub elicitation: ElicitationSettings,
     pub sampling: SamplingTimeouts,
+    pub console: ConsoleSettings,
+}
+
+/// The operators' web console at `/console` (see `api::console`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Serve `/console` (and accept its session cookie on the admin API).
+    pub enabled: bool,
+    /// How long a sign-in lasts.
+    pub session_ttl_secs: u64,
+    /// Mark the session cookie `Secure` (set it when the service is reached over HTTPS).
+    pub secure_cookie: bool,
 }
 
 /// Sampling requests of servers whose policy is `ask` (see `services::sampling`).

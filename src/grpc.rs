@@ -15,8 +15,8 @@ use tonic::{Request, Response, Status};
 
 use crate::domain::{AssistantId, UserId};
 use crate::error::Error;
-use crate::security::bearer_token;
-use crate::services::{ModelToolCall, Services};
+use crate::security::{ApiKeyRole, bearer_token};
+use crate::services::{ModelToolCall, Principal, Services};
 pub use status::ERROR_CODE_KEY;
 
 /// The generated messages, server and client.
@@ -43,6 +43,11 @@ const USER_ID_KEY: &str = "x-user-id";
 impl GrpcApi {
     /// `authorization: Bearer <key>` (service or admin) and `x-user-id`, as for REST.
     async fn user<T>(&self, request: &Request<T>) -> Result<UserId, Status> {
+        Ok(self.caller(request).await?.0)
+    }
+
+    /// The user a request acts for and the key acting (an admin's decisions are audited).
+    async fn caller<T>(&self, request: &Request<T>) -> Result<(UserId, Principal), Status> {
         let metadata = request.metadata();
         let token = metadata
             .get("authorization")
@@ -54,7 +59,8 @@ impl GrpcApi {
                 ))
             })?;
         // Service and admin keys may both act for a user, as on `/api/*`.
-        self.services
+        let principal = self
+            .services
             .keys
             .authenticate(token)
             .await
@@ -63,7 +69,8 @@ impl GrpcApi {
             .get(USER_ID_KEY)
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| status::from_error(&Error::validation("missing metadata x-user-id")))?;
-        UserId::parse(user).map_err(|e| status::from_error(&e))
+        let user = UserId::parse(user).map_err(|e| status::from_error(&e))?;
+        Ok((user, principal))
     }
 }
 
@@ -270,8 +277,9 @@ impl McpPool for GrpcApi {
         &self,
         request: Request<proto::ConfirmRequest>,
     ) -> Result<Response<proto::ConfirmResponse>, Status> {
-        let user = self.user(&request).await?;
+        let (user, principal) = self.caller(&request).await?;
         let confirm = request.into_inner();
+        let admin = (principal.role == ApiKeyRole::Admin).then_some(principal.key_id);
         let decided = self
             .services
             .tool_calls
@@ -280,6 +288,7 @@ impl McpPool for GrpcApi {
                 &confirm.message_id,
                 &confirm.tool_call_id,
                 confirm.approved,
+                admin,
             )
             .await
             .map_err(|e| status::from_error(&e))?;

@@ -7,6 +7,8 @@
 //! time, so they can never drift. No label carries a user or server id: cardinality stays
 //! bounded and a scrape reveals nothing about tenants.
 
+mod recent;
+
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -17,6 +19,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::pool::ConnectionCensus;
+pub use recent::{RecentCalls, RecentSlot, SLOT_SECS};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -70,6 +73,8 @@ pub struct Metrics {
     stdio_processes: Gauge,
     confirmation_actors: Gauge,
     parked_calls: Gauge,
+    /// The last 15 minutes of tool calls, for the console.
+    recent: RecentCalls,
 }
 
 /// What the scrape reads from the running service.
@@ -145,6 +150,7 @@ impl Metrics {
         );
         Self {
             parked_calls,
+            recent: RecentCalls::default(),
             registry,
             http_requests,
             connects,
@@ -176,6 +182,12 @@ impl Metrics {
         self.tool_calls
             .get_or_create(&CallLabels { transport, outcome })
             .observe(took.as_secs_f64());
+        self.recent.record(outcome, took);
+    }
+
+    /// Tool calls of the last 15 minutes on this instance.
+    pub fn recent_calls(&self) -> Vec<RecentSlot> {
+        self.recent.window()
     }
 
     pub fn catalog_lookup(&self, catalog: &'static str, hit: bool) {

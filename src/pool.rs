@@ -157,10 +157,30 @@ pub struct RegistryEntry {
     pub runtime: Arc<ServerRuntime>,
 }
 
+/// Tells watchers (the console's live view) which connection changed state, appeared or
+/// went. A lagging watcher skips notes, never blocks the actors.
+#[derive(Clone)]
+pub struct ConnectionActivity(tokio::sync::broadcast::Sender<ConnectionKey>);
+
+impl Default for ConnectionActivity {
+    fn default() -> Self {
+        Self(tokio::sync::broadcast::channel(1024).0)
+    }
+}
+
+impl ConnectionActivity {
+    pub fn announce(&self, key: &ConnectionKey) {
+        if self.0.receiver_count() > 0 {
+            let _ = self.0.send(key.clone());
+        }
+    }
+}
+
 /// Shared map of live actors. Read on every call, written by the supervisor and `stop`.
 #[derive(Default)]
 pub struct Registry {
     entries: RwLock<HashMap<ConnectionKey, RegistryEntry>>,
+    pub(crate) activity: ConnectionActivity,
 }
 
 impl Registry {
@@ -176,7 +196,8 @@ impl Registry {
         self.entries
             .write()
             .expect("registry lock")
-            .insert(key, entry);
+            .insert(key.clone(), entry);
+        self.activity.announce(&key);
     }
 
     /// Removes the entry only if it still belongs to `actor` (a newer one may have replaced it).
@@ -184,11 +205,17 @@ impl Registry {
         let mut entries = self.entries.write().expect("registry lock");
         if entries.get(key).is_some_and(|e| e.actor.get_id() == actor) {
             entries.remove(key);
+            drop(entries);
+            self.activity.announce(key);
         }
     }
 
     fn take(&self, key: &ConnectionKey) -> Option<RegistryEntry> {
-        self.entries.write().expect("registry lock").remove(key)
+        let taken = self.entries.write().expect("registry lock").remove(key);
+        if taken.is_some() {
+            self.activity.announce(key);
+        }
+        taken
     }
 
     fn keys_where(&self, wanted: impl Fn(&ConnectionKey) -> bool) -> Vec<ConnectionKey> {
@@ -437,6 +464,11 @@ impl Pool {
         if let Err(PoolError::Upstream(error)) = result {
             self.report(lease, error);
         }
+    }
+
+    /// Keys of connections that changed state, started or stopped.
+    pub fn subscribe_activity(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+        self.registry.activity.0.subscribe()
     }
 
     /// Keys of connections whose cached lists were just dropped.

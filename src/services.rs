@@ -11,6 +11,7 @@ mod gateway;
 pub mod global_servers;
 mod keys;
 pub mod oauth;
+pub mod operators;
 mod parked;
 mod presets;
 mod rate_limits;
@@ -23,8 +24,9 @@ mod upstream;
 pub use assistants::AssistantService;
 pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
-pub use keys::{KeyService, Principal};
+pub use keys::{ConsoleSession, KeyService, Principal, console_csrf};
 pub use oauth::OAuthService;
+pub use operators::OperatorService;
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use servers::{OAuthInput, ServerInput, ServerService};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
@@ -54,6 +56,7 @@ pub struct Services {
     pub assistants: AssistantService,
     pub presets: PresetService,
     pub keys: KeyService,
+    pub operators: OperatorService,
     pub upstream: UpstreamService,
     pub oauth: OAuthService,
     pub elicitations: elicitations::Elicitations,
@@ -145,6 +148,7 @@ impl Services {
             url_policy.clone(),
             cluster.clone(),
         );
+        let operators = OperatorService::new(store.clone(), cluster.clone());
         Ok(Self {
             chat,
             gateway,
@@ -176,6 +180,7 @@ impl Services {
             bindings,
             presets: PresetService::new(store.clone(), settings.clone()),
             keys: KeyService::new(store.clone(), &settings),
+            operators,
             store,
         })
     }

@@ -15,6 +15,7 @@ mod m20261125_000007_tool_call_rows;
 mod m20261126_000008_oauth;
 mod m20261127_000009_assistant_settings;
 mod m20261128_000010_server_client_features;
+mod m20261129_000011_audit_console;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000008_oauth::Migration),
             Box::new(m20261127_000009_assistant_settings::Migration),
             Box::new(m20261128_000010_server_client_features::Migration),
+            Box::new(m20261129_000011_audit_console::Migration),
         ]
     }
 }

@@ -4,6 +4,7 @@
 //! is public (only health checks are).
 
 use axum::extract::FromRequestParts;
+use axum::http::Method;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
@@ -12,7 +13,7 @@ use super::error::ApiError;
 use crate::domain::UserId;
 use crate::error::Error;
 use crate::security::{ApiKeyRole, bearer_token};
-use crate::services::{GatewayPrincipal, Principal};
+use crate::services::{GatewayPrincipal, Principal, console_csrf};
 
 pub const USER_ID_HEADER: &str = "x-user-id";
 
@@ -20,6 +21,15 @@ pub const USER_ID_HEADER: &str = "x-user-id";
 #[derive(Debug, Clone)]
 pub struct UserContext {
     pub user: UserId,
+    /// The key acting for the user: an admin's acts are audit-logged as theirs.
+    pub principal: Principal,
+}
+
+impl UserContext {
+    /// The admin key acting for the user, if an admin key made the request.
+    pub fn admin_key(&self) -> Option<uuid::Uuid> {
+        (self.principal.role == ApiKeyRole::Admin).then_some(self.principal.key_id)
+    }
 }
 
 /// A request made with an admin key.
@@ -51,9 +61,61 @@ pub async fn gateway_principal(
     Ok(principal)
 }
 
+/// The console's session cookie (`api::console`): an admin key sealed by the service.
+pub const CONSOLE_COOKIE: &str = "mcp_pool_console";
+/// What a console request that changes state sends besides the cookie.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// The value of the console cookie, if the request carries one.
+pub fn console_cookie(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == CONSOLE_COOKIE)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// A request of the console, signed in by its cookie. A cookie alone never changes
+/// state: anything but a read needs the session's CSRF token in `X-CSRF-Token`.
+async fn console_principal(
+    parts: &Parts,
+    state: &AppState,
+    cookie: &str,
+) -> Result<Principal, ApiError> {
+    let (principal, _) = state.services.keys.console_principal(cookie).await?;
+    let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
+    if !reads.contains(&parts.method) {
+        let sent = parts
+            .headers
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if !constant_time_eq(sent.as_bytes(), console_csrf(cookie).as_bytes()) {
+            return Err(ApiError::CsrfTokenInvalid);
+        }
+    }
+    Ok(principal)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
-    let token = bearer(parts)?;
-    let principal = state.services.keys.authenticate(token).await?;
+    let principal = match (
+        parts.headers.contains_key(AUTHORIZATION),
+        console_cookie(parts),
+    ) {
+        (false, Some(cookie)) if state.settings.console.enabled => {
+            console_principal(parts, state, cookie).await?
+        }
+        _ => state.services.keys.authenticate(bearer(parts)?).await?,
+    };
     // Logs say which key made each request; the key itself is never logged.
     tracing::Span::current().record("key_id", tracing::field::display(principal.key_id));
     Ok(principal)
@@ -66,7 +128,7 @@ impl FromRequestParts<AppState> for UserContext {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        authenticate(parts, state).await?;
+        let principal = authenticate(parts, state).await?;
         let raw = parts
             .headers
             .get(USER_ID_HEADER)
@@ -75,7 +137,7 @@ impl FromRequestParts<AppState> for UserContext {
             .map_err(|_| ApiError::InvalidUserId("must be visible ASCII".into()))?;
         let user = UserId::parse(raw).map_err(|e| ApiError::InvalidUserId(e.to_string()))?;
         tracing::Span::current().record("user", user.as_str());
-        Ok(UserContext { user })
+        Ok(UserContext { user, principal })
     }
 }
 

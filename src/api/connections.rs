@@ -108,29 +108,37 @@ async fn list(
     JsonResponse(json!({ "count": connections.len(), "connections": connections }))
 }
 
-/// Counts: connections by state and stdio, messages with open tool calls.
+/// Counts: connections by state and stdio, confirmation actors (messages with open tool
+/// calls) and parked calls.
 #[utoipa::path(get, path = "/admin/stats", tag = "admin",
     responses((status = OK, body = Value)))]
 async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
+    JsonResponse(stats_body(&state))
+}
+
+/// The `/admin/stats` body (also sent on `/admin/events` as `stats`).
+pub(super) fn stats_body(state: &AppState) -> Value {
     let census = ConnectionCensus::of(&state.services.upstream.connections());
-    JsonResponse(json!({
+    json!({
         "connections": {
             "total": census.total,
             "connected": census.connected,
             "connecting": census.connecting,
+            "disconnected": census.disconnected,
             "error": census.error,
             "authRequired": census.auth_required,
             "stdio": census.stdio,
         },
         "confirmations": {
             "activeMessages": state.services.confirmations.active_messages(),
+            "parkedCalls": state.services.confirmations.parked_calls(),
         },
         // Whether this instance knows of others it tells about changes (PostgreSQL).
         "cluster": {
             "instance": state.services.cluster.me().to_string(),
             "hasCompany": state.services.cluster.has_company(),
         },
-    }))
+    })
 }
 
 /// Stops the connection now (its process is killed before the answer).

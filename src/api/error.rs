@@ -46,6 +46,8 @@ pub enum ApiError {
     ShuttingDown,
     #[error("internal error")]
     Panic,
+    #[error("a console request that changes state must carry the session's X-CSRF-Token header")]
+    CsrfTokenInvalid,
 }
 
 /// The body of every error answer.
@@ -94,6 +96,7 @@ impl ApiError {
             ApiError::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "NOT_READY"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN"),
             ApiError::Panic => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+            ApiError::CsrfTokenInvalid => (StatusCode::FORBIDDEN, "CSRF_TOKEN_INVALID"),
         }
     }
 }

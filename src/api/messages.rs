@@ -112,7 +112,13 @@ async fn confirm(
     let record = state
         .services
         .tool_calls
-        .confirm(&ctx.user, &id, &request.tool_call_id, request.approved)
+        .confirm(
+            &ctx.user,
+            &id,
+            &request.tool_call_id,
+            request.approved,
+            ctx.admin_key(),
+        )
         .await?;
     Ok(JsonResponse(json!({"messageId": id, "toolCall": record})))
 }

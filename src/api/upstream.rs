@@ -1,11 +1,19 @@
 //! Using a server: `/api/mcp-servers/{id}/connect|tools|resources|prompts` and seed 000's
 //! `/api/mcp/servers/{id}/health`.
 
+use std::convert::Infallible;
+
 use axum::Json as JsonResponse;
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -17,6 +25,7 @@ use super::error::ApiError;
 use super::extract::{Json, Path};
 use crate::domain::tool_name::display_name;
 use crate::error::Error;
+use crate::services::{Caller, ToolCallReport};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -107,21 +116,90 @@ struct CallRequest {
 }
 
 /// Calls one tool at once (no approval): the MCP result (`content`, `structuredContent`,
-/// `isError`) plus `progress` and `latencyMs`.
+/// `isError`) plus `progress` and `latencyMs`. With `Accept: text/event-stream` the answer
+/// is a stream instead: a `progress` event (`{progress, total, message}`) for each
+/// notification as it arrives, then one `result` (the same body) or `error` (the error
+/// body).
 #[utoipa::path(post, path = "/api/mcp-servers/{id}/tools/{tool}/call", tag = "upstream",
     params(("id" = String, Path, description = "The server's id"), ("tool" = String, Path, description = "The tool's name on that server")),
     request_body = CallRequest, responses((status = OK, body = Value)))]
 async fn call_tool(
     State(state): State<AppState>,
     ctx: UserContext,
+    headers: HeaderMap,
     Path((id, tool)): Path<(String, String)>,
     Json(body): Json<CallRequest>,
-) -> Result<JsonResponse<Value>, ApiError> {
-    let report = state
-        .services
-        .upstream
-        .call_tool(&ctx.user, &id, &tool, body.arguments, None)
-        .await?;
+) -> Result<Response, ApiError> {
+    let streamed = headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !streamed {
+        let report = state
+            .services
+            .upstream
+            .call_tool(&ctx.user, &id, &tool, body.arguments, None)
+            .await?;
+        return Ok(JsonResponse(call_body(&report)).into_response());
+    }
+    let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
+    // The call runs in its own task so progress can be sent while it runs; a client that
+    // goes away drops the stream, and with it the call (its future is aborted below).
+    let call = tokio::spawn(async move {
+        let caller = Caller {
+            live: Some(&progress_tx),
+            ..Caller::default()
+        };
+        state
+            .services
+            .upstream
+            .call_tool_reporting(&ctx.user, &id, &tool, body.arguments, caller)
+            .await
+    });
+    let abort = call.abort_handle();
+    let progress = UnboundedReceiverStream::new(progress_rx).map(|p| {
+        Event::default().event("progress").data(
+            json!({"progress": p.progress, "total": p.total, "message": p.message}).to_string(),
+        )
+    });
+    let end = futures::stream::once(async move {
+        match call.await {
+            Ok(Ok(report)) => Event::default()
+                .event("result")
+                .data(call_body(&report).to_string()),
+            Ok(Err(error)) => error_event(ApiError::from(error)).await,
+            Err(_) => error_event(ApiError::Panic).await,
+        }
+    });
+    let guard = AbortOnDrop(abort);
+    let events = progress.chain(end).map(move |event| {
+        let _ = &guard;
+        Ok::<_, Infallible>(event)
+    });
+    Ok(Sse::new(events).into_response())
+}
+
+/// Aborts the call's task when the stream is dropped (the client went away).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The error as the JSON answer would carry it (`{"error":{"code","message",…}}`).
+async fn error_event(error: ApiError) -> Event {
+    let body = axum::body::to_bytes(error.into_response().into_body(), 1 << 16)
+        .await
+        .unwrap_or_default();
+    Event::default()
+        .event("error")
+        .data(String::from_utf8_lossy(&body))
+}
+
+/// The JSON body of a call's answer.
+fn call_body(report: &ToolCallReport) -> Value {
     let is_error = report.outcome.result.is_error.unwrap_or(false);
     let mut body = serde_json::to_value(&report.outcome.result).unwrap_or_else(|_| json!({}));
     if let Value::Object(map) = &mut body {
@@ -141,7 +219,7 @@ async fn call_tool(
         );
         map.insert("latencyMs".into(), json!(millis(report.latency)));
     }
-    Ok(JsonResponse(body))
+    body
 }
 
 /// `{resources, resourceTemplates}`.

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{ConfirmDeps, ExecOutcome};
 use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::store::{AuditEntry, StoredMessage};
+use crate::store::{AuditEntry, AuditOutcome, StoredMessage};
 
 pub enum ConfirmMsg {
     Submit {
@@ -399,11 +399,12 @@ impl Actor for ConfirmationActor {
                         server_name: record.server_name.unwrap_or_default(),
                         tool_name: record.tool_name.unwrap_or_default(),
                         message_id: Some(state.message),
-                        status,
+                        outcome: AuditOutcome::Settled(status),
                         error_code: outcome.error_code,
                         latency_ms: Some(outcome.latency.as_millis() as i64),
+                        decided_by: None,
                     };
-                    if let Err(e) = state.deps.store.messages().audit(audit).await {
+                    if let Err(e) = state.deps.store.audit().record(audit).await {
                         tracing::warn!(error = %e, "could not write an audit row");
                     }
                 }

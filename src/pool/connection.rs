@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{
-    Catalogs, ConnectionKey, ConnectionState, Lease, PoolError, ServerRuntime, SessionSlot,
-    StatusCell,
+    Catalogs, ConnectionActivity, ConnectionKey, ConnectionState, Lease, PoolError, ServerRuntime,
+    SessionSlot, StatusCell,
 };
 use crate::mcp::{self, McpClient, McpError, UpstreamEvents};
 use crate::metrics::Metrics;
@@ -59,6 +59,7 @@ pub struct ConnectionArgs {
     pub catalogs: Arc<Catalogs>,
     pub metrics: Arc<Metrics>,
     pub idle_timeout: Duration,
+    pub activity: ConnectionActivity,
 }
 
 enum Phase {
@@ -88,6 +89,7 @@ pub struct ConnectionStateData {
     catalogs: Arc<Catalogs>,
     metrics: Arc<Metrics>,
     idle_timeout: Duration,
+    activity: ConnectionActivity,
     phase: Phase,
     /// Bumped per connect attempt, so late reports about an old session are ignored.
     generation: u64,
@@ -122,6 +124,8 @@ impl ConnectionStateData {
             status.server_name = info.as_ref().map(|i| i.name.clone());
             status.server_version = info.map(|i| i.version);
         }
+        drop(status);
+        self.activity.announce(&self.key);
     }
 
     fn lease(&self, myself: &ActorRef<ConnectionMsg>, client: &Arc<McpClient>) -> Lease {
@@ -222,6 +226,7 @@ impl Actor for ConnectionActor {
             catalogs: args.catalogs,
             metrics: args.metrics,
             idle_timeout: args.idle_timeout,
+            activity: args.activity,
             phase: Phase::Disconnected,
             generation: 0,
             backoff: new_backoff(),

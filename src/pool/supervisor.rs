@@ -71,6 +71,7 @@ impl SupervisorState {
             catalogs: self.catalogs.clone(),
             metrics: self.metrics.clone(),
             idle_timeout: Duration::from_secs(self.settings.idle_timeout_secs),
+            activity: self.registry.activity.clone(),
         };
         let (actor, _) = Actor::spawn_linked(None, ConnectionActor, args, myself.get_cell())
             .await

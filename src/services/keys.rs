@@ -19,9 +19,34 @@ pub struct Principal {
     pub role: ApiKeyRole,
 }
 
+/// A console sign-in: an admin key sealed into a cookie, so any instance sharing the
+/// cipher key can check it and a revoked key stops working at once.
+#[derive(Debug, Clone)]
+pub struct ConsoleSession {
+    pub cookie: String,
+    /// What every state-changing console request must send besides the cookie.
+    pub csrf: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SealedSession {
+    key: String,
+    /// Unix seconds.
+    expires: i64,
+}
+
+/// The CSRF token of a console session: a digest of the (HttpOnly) cookie, which a page
+/// of another origin can neither read nor compute.
+pub fn console_csrf(cookie: &str) -> String {
+    let digest = hash_key(&format!("mcp-pool console csrf\0{cookie}"));
+    digest[..32].to_owned()
+}
+
 #[derive(Clone)]
 pub struct KeyService {
     store: Store,
+    console_ttl: Duration,
     /// Accepted keys by digest, so authentication is not a database query per request.
     /// Only hits are cached: a wrong key always costs a lookup, a revoked one ages out.
     accepted: Cache<String, Principal>,
@@ -33,7 +58,59 @@ impl KeyService {
             .max_capacity(10_000)
             .time_to_live(Duration::from_secs(settings.auth.key_cache_ttl_secs))
             .build();
-        Self { store, accepted }
+        Self {
+            store,
+            accepted,
+            console_ttl: Duration::from_secs(settings.console.session_ttl_secs),
+        }
+    }
+
+    /// Signs an operator in to the console: only an admin key opens it.
+    pub async fn open_console_session(&self, secret: &str) -> Result<ConsoleSession> {
+        let principal = self.authenticate(secret.trim()).await?;
+        if principal.role != ApiKeyRole::Admin {
+            return Err(Error::Forbidden(
+                "the console needs an admin key; this is a service key".into(),
+            ));
+        }
+        let expires_at = crate::domain::now()
+            + chrono::Duration::from_std(self.console_ttl).unwrap_or(chrono::Duration::hours(12));
+        let sealed = SealedSession {
+            key: secret.trim().to_owned(),
+            expires: expires_at.timestamp(),
+        };
+        let cookie = self
+            .store
+            .cipher()
+            .seal(&serde_json::to_string(&sealed).expect("a session serializes"));
+        Ok(ConsoleSession {
+            csrf: console_csrf(&cookie),
+            cookie,
+            expires_at,
+        })
+    }
+
+    /// The key behind a console cookie, checked again as a bearer key would be.
+    pub async fn console_principal(
+        &self,
+        cookie: &str,
+    ) -> Result<(Principal, chrono::DateTime<chrono::Utc>)> {
+        let signed_out =
+            || Error::Unauthorized("the console session is not valid; sign in again".into());
+        let opened = self.store.cipher().open(cookie).map_err(|_| signed_out())?;
+        let session: SealedSession = serde_json::from_str(&opened).map_err(|_| signed_out())?;
+        let expires_at =
+            chrono::DateTime::from_timestamp(session.expires, 0).ok_or_else(signed_out)?;
+        if expires_at <= crate::domain::now() {
+            return Err(Error::Unauthorized(
+                "the console session has expired; sign in again".into(),
+            ));
+        }
+        let principal = self.authenticate(&session.key).await?;
+        if principal.role != ApiKeyRole::Admin {
+            return Err(signed_out());
+        }
+        Ok((principal, expires_at))
     }
 
     pub async fn authenticate(&self, secret: &str) -> Result<Principal> {

@@ -15,7 +15,7 @@ use crate::config::Settings;
 use crate::confirm::{Confirmations, ExecOutcome, Execution, Executor, Waited};
 use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::store::{Ownership, Store, StoredMessage};
+use crate::store::{AuditEntry, AuditOutcome, Ownership, Store, StoredMessage};
 
 /// One call as the model produced it.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -303,11 +303,33 @@ impl ToolCallService {
         message_id: &str,
         call_id: &str,
         approved: bool,
+        admin: Option<Uuid>,
     ) -> Result<ToolCallRecord> {
         let message = parse_message_id(message_id)?;
-        self.confirmations
+        let record = self
+            .confirmations
             .confirm(user, message, call_id, approved)
-            .await
+            .await?;
+        if let Some(admin) = admin {
+            // Support decisions on a user's behalf are the admin's, on the record.
+            let entry = AuditEntry {
+                user_id: user.clone(),
+                server_id: record.server_id,
+                server_name: record.server_name.clone().unwrap_or_default(),
+                tool_name: record.tool_name.clone().unwrap_or_default(),
+                message_id: Some(message),
+                outcome: if approved {
+                    AuditOutcome::Approved
+                } else {
+                    AuditOutcome::Rejected
+                },
+                error_code: None,
+                latency_ms: None,
+                decided_by: Some(admin),
+            };
+            self.store.audit().record(entry).await?;
+        }
+        Ok(record)
     }
 
     /// Waits (bounded by `confirmation.max_wait_secs`) until the message has no open call.

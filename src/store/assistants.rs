@@ -80,6 +80,33 @@ impl AssistantRepo {
             .collect())
     }
 
+    /// Every assistant of the user with bindings, and its bound servers in order.
+    pub async fn bindings_of_user(
+        &self,
+        user: &UserId,
+    ) -> Result<Vec<(AssistantId, Vec<Uuid>)>, StoreError> {
+        let rows = assistant_server::Entity::find()
+            .filter(assistant_server::Column::UserId.eq(user.as_str()))
+            .order_by_asc(assistant_server::Column::AssistantId)
+            .order_by_asc(assistant_server::Column::Position)
+            .all(&self.db)
+            .await?;
+        let mut assistants: Vec<(AssistantId, Vec<Uuid>)> = Vec::new();
+        for row in rows {
+            match assistants.last_mut() {
+                Some((id, servers)) if id.as_str() == row.assistant_id => {
+                    servers.push(row.mcp_server_id)
+                }
+                _ => {
+                    let id = AssistantId::parse(&row.assistant_id)
+                        .map_err(|e| super::corrupt("assistant_id", e))?;
+                    assistants.push((id, vec![row.mcp_server_id]));
+                }
+            }
+        }
+        Ok(assistants)
+    }
+
     /// Replaces the whole binding set atomically.
     pub async fn replace(
         &self,

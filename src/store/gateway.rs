@@ -93,6 +93,18 @@ impl GatewayRepo {
             .collect()
     }
 
+    /// Every gateway token of the user, any assistant's.
+    pub async fn tokens_of_user(&self, user: &UserId) -> Result<Vec<GatewayToken>, StoreError> {
+        gateway_token::Entity::find()
+            .filter(gateway_token::Column::UserId.eq(user.as_str()))
+            .order_by_asc(gateway_token::Column::CreatedAt)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(token)
+            .collect()
+    }
+
     pub async fn token_by_hash(&self, hash: &str) -> Result<Option<GatewayToken>, StoreError> {
         gateway_token::Entity::find()
             .filter(gateway_token::Column::TokenHash.eq(hash))

@@ -48,6 +48,18 @@ impl InstanceRepo {
         Ok(true)
     }
 
+    /// Every registered instance: (id, started at, last heartbeat), oldest first.
+    pub async fn all(&self) -> Result<Vec<(InstanceId, DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+        use sea_orm::QueryOrder;
+        Ok(instance::Entity::find()
+            .order_by_asc(instance::Column::StartedAt)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|row| (InstanceId(row.id), row.started_at, row.heartbeat_at))
+            .collect())
+    }
+
     /// Instances that beat since `since`.
     pub async fn live(&self, since: DateTime<Utc>) -> Result<Vec<InstanceId>, StoreError> {
         Ok(instance::Entity::find()

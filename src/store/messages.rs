@@ -1,5 +1,5 @@
 //! `messages` with their ToolCallRecords (one `tool_calls` row each, ordered by
-//! `position`), and the audit log of executed calls.
+//! `position`).
 
 use std::collections::HashMap;
 
@@ -11,7 +11,7 @@ use sea_orm::{
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::entities::{audit_entry, message, tool_call};
+use super::entities::{message, tool_call};
 use super::instances::ids;
 use super::{StoreError, corrupt};
 use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
@@ -30,18 +30,6 @@ pub struct StoredMessage {
     pub owner_instance: Option<InstanceId>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
-}
-
-/// One executed tool call, for the audit log (never its arguments).
-pub struct AuditEntry {
-    pub user_id: UserId,
-    pub server_id: Option<Uuid>,
-    pub server_name: String,
-    pub tool_name: String,
-    pub message_id: Option<Uuid>,
-    pub status: ToolCallStatus,
-    pub error_code: Option<String>,
-    pub latency_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -297,6 +285,22 @@ impl MessageRepo {
         self.with_records(rows).await
     }
 
+    /// The user's newest `limit` messages with calls still open (pending or invoking).
+    pub async fn with_open_calls(
+        &self,
+        user: &UserId,
+        limit: u64,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = message::Entity::find()
+            .filter(message::Column::UserId.eq(user.as_str()))
+            .filter(message::Column::OpenCalls.gt(0))
+            .order_by_desc(message::Column::CreatedAt)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        self.with_records(rows).await
+    }
+
     /// Messages with open calls no live instance holds (their owner stopped or died).
     pub async fn orphaned(&self, live: &[InstanceId]) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = message::Entity::find()
@@ -335,27 +339,6 @@ impl MessageRepo {
                 to_domain(row, calls)
             })
             .collect()
-    }
-
-    pub async fn audit(&self, entry: AuditEntry) -> Result<(), StoreError> {
-        audit_entry::Entity::insert(audit_entry::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            user_id: Set(entry.user_id.as_str().to_owned()),
-            mcp_server_id: Set(entry.server_id),
-            server_name: Set(entry.server_name),
-            tool_name: Set(entry.tool_name),
-            message_id: Set(entry.message_id),
-            status: Set(serde_json::to_value(entry.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()),
-            error_code: Set(entry.error_code),
-            latency_ms: Set(entry.latency_ms),
-            created_at: Set(crate::domain::now()),
-        })
-        .exec_without_returning(&self.db)
-        .await?;
-        Ok(())
     }
 }
 

@@ -13,6 +13,8 @@ pub struct Model {
     pub status: String,
     pub error_code: Option<String>,
     pub latency_ms: Option<i64>,
+    /// The admin key that approved or rejected the call for its user.
+    pub decided_by: Option<String>,
     pub created_at: DateTimeUtc,
 }
 

@@ -1,0 +1,1085 @@
+// mcp-pool operators' console. Reads and changes state only through the service's own
+// admin and user API (signed in by the console cookie, with the CSRF token on every
+// request that changes state); live parts follow /admin/events. Text is always rendered
+// as text (Preact escapes it), never as HTML.
+import {
+  html, render, useState, useEffect, useRef, useCallback, useMemo,
+} from './vendor/htm-preact-standalone.module.js';
+
+// ---------------------------------------------------------------- API client
+
+let csrf = null;
+let onSignedOut = () => {};
+
+/** An error answer of the API: its stable code, message and details. */
+class ApiFailure extends Error {
+  constructor(status, body) {
+    const error = (body && body.error) || {};
+    super(error.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code || `HTTP_${status}`;
+    this.details = error.details || [];
+  }
+}
+
+async function api(method, path, { body, user, accept } = {}) {
+  const headers = { Accept: accept || 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (csrf && method !== 'GET') headers['X-CSRF-Token'] = csrf;
+  if (user !== undefined) headers['X-User-Id'] = user;
+  const response = await fetch(path, {
+    method, headers, credentials: 'same-origin',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (accept === 'text/event-stream' && response.ok) return response;
+  const text = await response.text();
+  let parsed = null;
+  try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }
+  if (!response.ok) {
+    const failure = new ApiFailure(response.status, parsed);
+    if (response.status === 401 && !path.startsWith('/console/session')) onSignedOut();
+    throw failure;
+  }
+  return parsed;
+}
+
+const enc = encodeURIComponent;
+
+// ---------------------------------------------------------------- helpers
+
+function useAsync(load, deps) {
+  const [state, setState] = useState({ loading: true, data: null, error: null });
+  const reload = useCallback(() => {
+    setState((s) => ({ ...s, loading: true }));
+    return load().then(
+      (data) => setState({ loading: false, data, error: null }),
+      (error) => setState({ loading: false, data: null, error }),
+    );
+  }, deps);
+  useEffect(() => { reload(); }, [reload]);
+  return [state, reload];
+}
+
+function ErrorBox({ error }) {
+  if (!error) return null;
+  const code = error.code || 'ERROR';
+  return html`<div class="alert error" role="alert">
+    <strong><code>${code}</code></strong> ${error.message}
+    ${error.details && error.details.length
+      ? html`<ul>${error.details.map((d) => html`<li>${d}</li>`)}</ul>` : null}
+  </div>`;
+}
+
+function when(iso) {
+  if (!iso) return '—';
+  const date = new Date(iso);
+  return date.toLocaleString();
+}
+
+function ago(iso, now) {
+  if (!iso) return '—';
+  const secs = Math.max(0, Math.round((now - new Date(iso).getTime()) / 1000));
+  if (secs < 60) return `${secs} s`;
+  if (secs < 3600) return `${Math.floor(secs / 60)} min ${secs % 60} s`;
+  if (secs < 86400) return `${Math.floor(secs / 3600)} h ${Math.floor((secs % 3600) / 60)} min`;
+  return `${Math.floor(secs / 86400)} d`;
+}
+
+function StateBadge({ state }) {
+  return html`<span class=${`state state-${state}`}>${state.replace('_', ' ')}</span>`;
+}
+
+function useNow(everyMs) {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), everyMs);
+    return () => clearInterval(timer);
+  }, [everyMs]);
+  return now;
+}
+
+// ---------------------------------------------------------------- live events
+
+/** One EventSource on /admin/events for the whole console, fanned out to listeners. */
+const live = {
+  source: null,
+  listeners: new Map(),
+  status: 'closed',
+  statusListeners: new Set(),
+  start() {
+    if (this.source) return;
+    const source = new EventSource('/admin/events');
+    this.source = source;
+    const names = ['connection', 'connection.removed', 'stats', 'calls', 'stream.lagged'];
+    for (const name of names) {
+      source.addEventListener(name, (event) => {
+        let data = null;
+        try { data = JSON.parse(event.data); } catch { return; }
+        for (const listener of this.listeners.get(name) || []) listener(data);
+      });
+    }
+    source.onopen = () => this.setStatus('live');
+    source.onerror = () => this.setStatus('reconnecting');
+  },
+  stop() {
+    if (this.source) this.source.close();
+    this.source = null;
+    this.setStatus('closed');
+  },
+  setStatus(status) {
+    this.status = status;
+    for (const listener of this.statusListeners) listener(status);
+  },
+  on(name, listener) {
+    if (!this.listeners.has(name)) this.listeners.set(name, new Set());
+    this.listeners.get(name).add(listener);
+    return () => this.listeners.get(name).delete(listener);
+  },
+};
+
+function useLive(name, listener, deps) {
+  useEffect(() => live.on(name, listener), deps);
+}
+
+function LiveStatus() {
+  const [status, setStatus] = useState(live.status);
+  useEffect(() => {
+    live.statusListeners.add(setStatus);
+    return () => live.statusListeners.delete(setStatus);
+  }, []);
+  return html`<span class="muted" aria-live="polite">
+    ${status === 'live' ? '● live' : status === 'reconnecting' ? '○ reconnecting…' : ''}
+  </span>`;
+}
+
+// ---------------------------------------------------------------- sign-in
+
+function SignIn({ onSignedIn }) {
+  const [key, setKey] = useState('');
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const submit = async (event) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const session = await api('POST', '/console/session', { body: { key } });
+      onSignedIn(session);
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<main id="main" class="signin">
+    <form class="panel" onSubmit=${submit} aria-labelledby="signin-title">
+      <h1 id="signin-title">Sign in to the mcp-pool console</h1>
+      <div class="field">
+        <label for="admin-key">Admin API key</label>
+        <input id="admin-key" name="key" type="password" autocomplete="current-password"
+          required value=${key} onInput=${(e) => setKey(e.target.value)} />
+        <span class="hint">The key printed when the service first started, or one made with
+          <code>mcp-pool keys create</code>.</span>
+      </div>
+      <${ErrorBox} error=${error} />
+      <button class="primary" type="submit" disabled=${busy}>Sign in</button>
+    </form>
+  </main>`;
+}
+
+// ---------------------------------------------------------------- overview
+
+const SERIES_COLOURS = ['#0b5cad', '#d1242f', '#1a7f37', '#8250df', '#bc4c00', '#0f766e', '#6e7781'];
+
+function LineChart({ title, slots, series, unit }) {
+  const width = 600;
+  const height = 160;
+  const pad = { left: 44, right: 8, top: 8, bottom: 20 };
+  const values = series.flatMap((s) => slots.map((slot) => s.value(slot)).filter((v) => v != null));
+  const max = Math.max(1e-9, ...values) * 1.1;
+  const x = (i) => pad.left + (i * (width - pad.left - pad.right)) / Math.max(1, slots.length - 1);
+  const y = (v) => height - pad.bottom - (v / max) * (height - pad.top - pad.bottom);
+  const latest = series.map((s) => {
+    const last = [...slots].reverse().find((slot) => s.value(slot) != null);
+    return `${s.name} ${last ? fmt(s.value(last)) : '—'}${unit}`;
+  }).join(', ');
+  const paths = series.map((s, index) => {
+    let d = '';
+    slots.forEach((slot, i) => {
+      const v = s.value(slot);
+      if (v == null) return;
+      d += `${d ? 'L' : 'M'}${x(i).toFixed(1)},${y(v).toFixed(1)}`;
+    });
+    const colour = s.colour || SERIES_COLOURS[index % SERIES_COLOURS.length];
+    // A lone point has no line to draw: each value also gets a dot.
+    const dots = slots.map((slot, i) => {
+      const v = s.value(slot);
+      return v == null || v === 0 ? null : html`<circle cx=${x(i).toFixed(1)} cy=${y(v).toFixed(1)} r="2.5" fill=${colour} />`;
+    });
+    return html`<g><path d=${d} fill="none" stroke=${colour} stroke-width="2" />${dots}</g>`;
+  });
+  return html`<figure class="chart">
+    <figcaption>${title}</figcaption>
+    <svg viewBox=${`0 0 ${width} ${height}`} role="img" aria-label=${`${title}, last 15 minutes. Latest: ${latest}`}
+      preserveAspectRatio="none">
+      <line x1=${pad.left} y1=${height - pad.bottom} x2=${width - pad.right} y2=${height - pad.bottom}
+        stroke="currentColor" stroke-opacity="0.3" />
+      <text x="2" y=${pad.top + 10} font-size="11" fill="currentColor">${fmt(max)}${unit}</text>
+      <text x="2" y=${height - pad.bottom} font-size="11" fill="currentColor">0</text>
+      <text x=${pad.left} y=${height - 4} font-size="11" fill="currentColor">−15 min</text>
+      <text x=${width - pad.right - 30} y=${height - 4} font-size="11" fill="currentColor">now</text>
+      ${paths}
+    </svg>
+    <div class="legend">${series.map((s, index) => html`<span>
+      <span class="swatch" style=${`background:${s.colour || SERIES_COLOURS[index % SERIES_COLOURS.length]}`}></span>${s.name}</span>`)}
+    </div>
+  </figure>`;
+}
+
+function fmt(value) {
+  if (value == null) return '—';
+  if (value >= 100) return Math.round(value).toString();
+  if (value >= 10) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+function Overview() {
+  const [stats, setStats] = useState(null);
+  const [calls, setCalls] = useState(null);
+  const [error, setError] = useState(null);
+  const [instances, setInstances] = useState(null);
+  useEffect(() => {
+    api('GET', '/admin/stats').then(setStats, setError);
+    api('GET', '/admin/metrics/recent').then(setCalls, setError);
+    api('GET', '/admin/instances').then(setInstances, setError);
+  }, []);
+  useLive('stats', setStats, []);
+  useLive('calls', setCalls, []);
+  const slots = calls ? calls.slots : [];
+  const perSecond = calls ? calls.slotSeconds : 10;
+  const codes = useMemo(() => {
+    const all = new Set();
+    for (const slot of slots) for (const code of Object.keys(slot.errors)) all.add(code);
+    return [...all].sort();
+  }, [calls]);
+  const c = stats && stats.connections;
+  const card = (label, value, testid) => html`<div class="card" data-testid=${testid}>
+    <div class="label">${label}</div><div class="value">${value ?? '—'}</div></div>`;
+  const liveInstances = instances ? instances.instances.filter((i) => i.live).length : null;
+  return html`<h1>Overview</h1>
+    <${ErrorBox} error=${error} />
+    <h2>Now</h2>
+    <div class="cards">
+      ${card('Live connections', c && c.total, 'connections-total')}
+      ${card('Connected', c && c.connected, 'connections-connected')}
+      ${card('Connecting', c && c.connecting, 'connections-connecting')}
+      ${card('Errored', c && c.error, 'connections-error')}
+      ${card('Awaiting authorization', c && c.authRequired, 'connections-auth')}
+      ${card('Stdio processes', c && c.stdio, 'stdio')}
+      ${card('Parked tool calls', stats && stats.confirmations.parkedCalls, 'parked')}
+      ${card('Confirmation actors', stats && stats.confirmations.activeMessages, 'confirmation-actors')}
+      ${card('Live instances', liveInstances, 'instances')}
+    </div>
+    <h2>Tool calls, last 15 minutes (this instance)</h2>
+    <div class="charts">
+      <${LineChart} title="Calls per second" unit="/s" slots=${slots}
+        series=${[{ name: 'calls/s', value: (s) => s.calls / perSecond }]} />
+      <${LineChart} title="Latency" unit=" ms" slots=${slots}
+        series=${[{ name: 'p50', value: (s) => s.p50Ms }, { name: 'p99', value: (s) => s.p99Ms, colour: '#d1242f' }]} />
+      <${LineChart} title="Errors by code" unit="" slots=${slots}
+        series=${codes.length ? codes.map((code) => ({ name: code, value: (s) => s.errors[code] || 0 }))
+          : [{ name: 'no errors', value: () => 0, colour: '#1a7f37' }]} />
+    </div>`;
+}
+
+// ---------------------------------------------------------------- connections
+
+const STATES = ['connected', 'connecting', 'disconnected', 'error', 'auth_required'];
+const connectionKey = (c) => `${c.userId}\u0000${c.serverId}\u0000${c.scope || ''}`;
+
+function Connections() {
+  const [rows, setRows] = useState(new Map());
+  const [error, setError] = useState(null);
+  const [notice, setNotice] = useState(null);
+  const [filter, setFilter] = useState({ user: '', server: '', state: '' });
+  const now = useNow(5000);
+  const load = useCallback(() => api('GET', '/admin/connections').then((body) => {
+    setRows(new Map(body.connections.map((c) => [connectionKey(c), c])));
+  }, setError), []);
+  useEffect(() => { load(); }, [load]);
+  useLive('connection', (c) => setRows((old) => new Map(old).set(connectionKey(c), c)), []);
+  useLive('connection.removed', (c) => setRows((old) => {
+    const next = new Map(old);
+    next.delete(connectionKey(c));
+    return next;
+  }), []);
+  useLive('stream.lagged', () => load(), [load]);
+  const act = async (label, method, path) => {
+    setError(null);
+    setNotice(null);
+    try {
+      await api(method, path);
+      setNotice(label);
+    } catch (failure) {
+      setError(failure);
+    }
+  };
+  const shown = [...rows.values()].filter((c) =>
+    (!filter.user || c.userId.includes(filter.user))
+    && (!filter.server || c.serverName.includes(filter.server) || c.serverId.includes(filter.server))
+    && (!filter.state || c.state === filter.state));
+  shown.sort((a, b) => a.userId.localeCompare(b.userId) || a.serverName.localeCompare(b.serverName));
+  const set = (field) => (e) => setFilter({ ...filter, [field]: e.target.value });
+  return html`<h1>Connections</h1>
+    <form class="panel row" role="search" aria-label="Filter connections" onSubmit=${(e) => e.preventDefault()}>
+      <div class="field"><label for="f-user">User</label>
+        <input id="f-user" value=${filter.user} onInput=${set('user')} /></div>
+      <div class="field"><label for="f-server">Server</label>
+        <input id="f-server" value=${filter.server} onInput=${set('server')} /></div>
+      <div class="field"><label for="f-state">State</label>
+        <select id="f-state" value=${filter.state} onChange=${set('state')}>
+          <option value="">any</option>
+          ${STATES.map((s) => html`<option value=${s}>${s}</option>`)}
+        </select></div>
+    </form>
+    <${ErrorBox} error=${error} />
+    ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
+    <p class="muted" aria-live="polite">${shown.length} of ${rows.size} live connections</p>
+    <div class="table-wrap"><table aria-label="Live connections">
+      <thead><tr><th>User</th><th>Server</th><th class="hide-narrow">Transport</th><th>State</th>
+        <th class="hide-narrow">Server info</th><th class="hide-narrow">Connected since</th><th>Idle for</th>
+        <th>Last error</th><th>Actions</th></tr></thead>
+      <tbody>${shown.map((c) => html`<tr key=${connectionKey(c)} data-user=${c.userId}
+          data-server=${c.serverId} data-state=${c.state}>
+        <td>${c.userId}</td>
+        <td><span>${c.serverName}</span><div class="muted mono">${c.serverId}</div>
+          ${c.scope ? html`<div class="muted">scope ${c.scope}</div>` : null}</td>
+        <td class="hide-narrow">${c.transport}</td>
+        <td><${StateBadge} state=${c.state} /></td>
+        <td class="hide-narrow">${c.serverInfo ? `${c.serverInfo.name} ${c.serverInfo.version || ''}` : '—'}</td>
+        <td class="hide-narrow">${when(c.connectedAt)}</td>
+        <td>${ago(c.lastActiveAt, now)}</td>
+        <td>${c.lastError || '—'}</td>
+        <td class="actions">
+          <button type="button" aria-label=${`Refresh ${c.serverName} of ${c.userId}`}
+            onClick=${() => act(`Refreshed ${c.serverName} of ${c.userId}.`, 'POST',
+              `/admin/connections/${enc(c.userId)}/${enc(c.serverId)}/refresh`)}>Refresh</button>
+          <button type="button" class="danger" aria-label=${`Stop ${c.serverName} of ${c.userId}`}
+            onClick=${() => act(`Stopped ${c.serverName} of ${c.userId}.`, 'DELETE',
+              `/admin/connections/${enc(c.userId)}/${enc(c.serverId)}`)}>Stop</button>
+        </td>
+      </tr>`)}</tbody>
+    </table></div>`;
+}
+
+// ---------------------------------------------------------------- users
+
+function Users({ user }) {
+  const [query, setQuery] = useState(user || '');
+  useEffect(() => setQuery(user || ''), [user]);
+  const submit = (e) => {
+    e.preventDefault();
+    if (query.trim()) location.hash = `#/users/${enc(query.trim())}`;
+  };
+  return html`<h1>Users</h1>
+    <form class="panel row" role="search" aria-label="Find a user" onSubmit=${submit}>
+      <div class="field"><label for="user-id">User id</label>
+        <input id="user-id" value=${query} onInput=${(e) => setQuery(e.target.value)} required /></div>
+      <button class="primary" type="submit">Find</button>
+    </form>
+    ${user ? html`<${UserDetail} key=${user} user=${user} />` : null}`;
+}
+
+function UserDetail({ user }) {
+  const [overview, reloadOverview] = useAsync(() => api('GET', `/admin/users/${enc(user)}`), [user]);
+  const [servers] = useAsync(() => api('GET', '/api/mcp-servers', { user }), [user]);
+  const [oauth, setOauth] = useState({});
+  const [decision, setDecision] = useState(null);
+  const [error, setError] = useState(null);
+  useEffect(() => {
+    if (!servers.data) return;
+    for (const server of servers.data.servers) {
+      if (server.type === 'stdio') continue;
+      api('GET', `/api/mcp-servers/${enc(server.id)}/oauth`, { user }).then(
+        (state) => setOauth((old) => ({ ...old, [server.id]: state.status })),
+        () => {},
+      );
+    }
+  }, [servers.data]);
+  const names = new Map((servers.data ? servers.data.servers : []).map((s) => [s.id, s.name]));
+  const decide = async (messageId, call, approved) => {
+    setError(null);
+    setDecision(null);
+    try {
+      const answer = await api('POST', `/api/messages/${enc(messageId)}/tool-confirm`,
+        { user, body: { toolCallId: call.id, approved } });
+      const verb = approved ? 'Approved' : 'Rejected';
+      const name = call.displayName || call.toolName;
+      setDecision(`${verb} ${name}: now ${answer.toolCall.status}.`);
+      reloadOverview();
+      // An approved call runs on; follow this one call until it settles (bounded).
+      let status = answer.toolCall.status;
+      for (let wait = 200; (status === 'invoking' || status === 'pending') && wait < 5000; wait *= 1.5) {
+        await new Promise((resolve) => setTimeout(resolve, wait));
+        const message = await api('GET', `/api/messages/${enc(messageId)}`, { user });
+        status = (message.toolCalls.find((c) => c.id === call.id) || {}).status;
+      }
+      setDecision(`${verb} ${name}: now ${status}.`);
+      reloadOverview();
+    } catch (failure) {
+      setError(failure);
+    }
+  };
+  const secrets = (map) => (map && Object.keys(map).length
+    ? Object.entries(map).map(([k, v]) => html`<div><code>${k}</code> = <code>${v}</code></div>`) : '—');
+  return html`
+    <h2>Servers of ${user}</h2>
+    <${ErrorBox} error=${servers.error} />
+    ${servers.data ? html`<div class="table-wrap"><table aria-label="Servers">
+      <thead><tr><th>Name</th><th>Type</th><th>Active</th><th>Where</th><th>Headers / env</th>
+        <th>OAuth</th><th>Auto-approve</th></tr></thead>
+      <tbody>${servers.data.servers.map((s) => html`<tr>
+        <td><span>${s.name}</span><div class="muted mono">${s.id}</div></td>
+        <td>${s.type}</td><td>${s.isActive ? 'yes' : 'no'}</td>
+        <td class="mono">${s.baseUrl || [s.command, ...(s.args || [])].filter(Boolean).join(' ') || s.embedded || s.preset || '—'}</td>
+        <td>${secrets(s.headers || s.env)}</td>
+        <td>${s.type === 'stdio' ? '—' : oauth[s.id] || '…'}</td>
+        <td>${s.autoApproveTools.join(', ') || '—'}</td>
+      </tr>`)}</tbody></table></div>
+      ${servers.data.servers.length === 0 ? html`<p class="muted">No servers.</p>` : null}` : null}
+
+    <h2>Assistants</h2>
+    <${ErrorBox} error=${overview.error} />
+    ${overview.data ? (overview.data.assistants.length ? html`<div class="table-wrap"><table aria-label="Assistants">
+      <thead><tr><th>Assistant</th><th>Bound servers</th><th>Gateway tokens</th></tr></thead>
+      <tbody>${overview.data.assistants.map((a) => html`<tr>
+        <td>${a.id}</td>
+        <td>${a.serverIds.map((id) => names.get(id) || id).join(', ') || '—'}</td>
+        <td>${a.gatewayTokens.map((t) => t.name).join(', ') || '—'}</td>
+      </tr>`)}</tbody></table></div>` : html`<p class="muted">No assistants.</p>`) : null}
+
+    <h2>Open tool calls</h2>
+    <${ErrorBox} error=${error} />
+    ${decision ? html`<div class="alert ok" role="status">${decision}</div>` : null}
+    ${overview.data ? (overview.data.openToolCalls.length ? html`<div class="table-wrap"><table aria-label="Open tool calls">
+      <thead><tr><th>Tool</th><th>Server</th><th>Status</th><th>Arguments</th><th>Message</th><th>Decide</th></tr></thead>
+      <tbody>${overview.data.openToolCalls.flatMap((m) => m.toolCalls.map((call) => html`<tr data-call=${call.id}>
+        <td>${call.displayName || call.toolName}</td>
+        <td>${call.serverName || '—'}</td>
+        <td><span class="state">${call.status}</span></td>
+        <td><pre>${JSON.stringify(call.arguments, null, 2)}</pre></td>
+        <td class="mono">${m.messageId}<div class="muted">${when(m.createdAt)}</div></td>
+        <td class="actions">${call.status === 'pending' ? html`
+          <button type="button" class="primary" aria-label=${`Approve ${call.displayName || call.toolName}`}
+            onClick=${() => decide(m.messageId, call, true)}>Approve</button>
+          <button type="button" class="danger" aria-label=${`Reject ${call.displayName || call.toolName}`}
+            onClick=${() => decide(m.messageId, call, false)}>Reject</button>` : 'running'}</td>
+      </tr>`))}</tbody></table></div>
+      <p class="hint">Decisions made here are recorded in the audit log as this admin key's.</p>`
+    : html`<p class="muted">No open tool calls.</p>`) : null}`;
+}
+
+// ---------------------------------------------------------------- audit
+
+const OUTCOMES = ['done', 'error', 'cancelled', 'approved', 'rejected'];
+const PAGE_SIZE = 25;
+
+function Audit() {
+  const empty = { userId: '', serverId: '', tool: '', outcome: '', from: '', to: '' };
+  const [draft, setDraft] = useState(empty);
+  const [filter, setFilter] = useState(empty);
+  const [page, setPage] = useState(0);
+  const [result, setResult] = useState(null);
+  const [error, setError] = useState(null);
+  useEffect(() => {
+    const params = new URLSearchParams();
+    for (const [k, v] of Object.entries(filter)) {
+      if (!v) continue;
+      params.set(k, k === 'from' || k === 'to' ? new Date(v).toISOString() : v);
+    }
+    params.set('page', page);
+    params.set('pageSize', PAGE_SIZE);
+    setError(null);
+    api('GET', `/admin/audit?${params}`).then(setResult, (e) => { setError(e); setResult(null); });
+  }, [filter, page]);
+  const set = (field) => (e) => setDraft({ ...draft, [field]: e.target.value });
+  const pages = result ? Math.max(1, Math.ceil(result.total / result.pageSize)) : 1;
+  const shownPage = result ? result.page : page;
+  const field = (id, label, input) => html`<div class="field"><label for=${id}>${label}</label>${input}</div>`;
+  return html`<h1>Audit log</h1>
+    <form class="panel row" aria-label="Filter the audit log"
+      onSubmit=${(e) => { e.preventDefault(); setPage(0); setFilter(draft); }}>
+      ${field('a-user', 'User id', html`<input id="a-user" value=${draft.userId} onInput=${set('userId')} />`)}
+      ${field('a-server', 'Server id', html`<input id="a-server" value=${draft.serverId} onInput=${set('serverId')} />`)}
+      ${field('a-tool', 'Tool', html`<input id="a-tool" value=${draft.tool} onInput=${set('tool')} />`)}
+      ${field('a-outcome', 'Outcome', html`<select id="a-outcome" value=${draft.outcome} onChange=${set('outcome')}>
+        <option value="">any</option>${OUTCOMES.map((o) => html`<option value=${o}>${o}</option>`)}</select>`)}
+      ${field('a-from', 'From', html`<input id="a-from" type="datetime-local" value=${draft.from} onInput=${set('from')} />`)}
+      ${field('a-to', 'To', html`<input id="a-to" type="datetime-local" value=${draft.to} onInput=${set('to')} />`)}
+      <button class="primary" type="submit">Apply</button>
+      <button type="button" onClick=${() => { setDraft(empty); setFilter(empty); setPage(0); }}>Clear</button>
+    </form>
+    <${ErrorBox} error=${error} />
+    ${result ? html`
+      <div class="pager">
+        <button type="button" disabled=${page === 0} onClick=${() => setPage(page - 1)}>Previous page</button>
+        <span aria-live="polite" data-testid="audit-page">Page ${shownPage + 1} of ${pages} · ${result.total} entries</span>
+        <button type="button" disabled=${page + 1 >= pages} onClick=${() => setPage(page + 1)}>Next page</button>
+      </div>
+      <div class="table-wrap"><table aria-label="Audit entries">
+        <thead><tr><th>When</th><th>User</th><th>Server</th><th>Tool</th><th>Outcome</th>
+          <th>Error</th><th>Latency</th><th class="hide-narrow">Decided by</th></tr></thead>
+        <tbody>${result.entries.map((e) => html`<tr data-entry=${e.id}>
+          <td>${when(e.createdAt)}</td><td>${e.userId}</td>
+          <td>${e.serverName}</td><td>${e.toolName}</td><td>${e.outcome}</td>
+          <td>${e.errorCode || '—'}</td><td>${e.latencyMs == null ? '—' : `${e.latencyMs} ms`}</td>
+          <td class="hide-narrow mono">${e.decidedBy ? `admin key ${e.decidedBy}` : '—'}</td>
+        </tr>`)}</tbody></table></div>` : null}`;
+}
+
+// ---------------------------------------------------------------- try a server
+
+/** The type a schema describes, JSON Schema's `type` or what its keywords imply. */
+function schemaType(schema) {
+  if (!schema || typeof schema !== 'object') return 'any';
+  let type = schema.type;
+  if (Array.isArray(type)) type = type.find((t) => t !== 'null') || 'any';
+  if (type) return type;
+  if (schema.enum) return 'enum';
+  if (schema.properties) return 'object';
+  if (schema.items) return 'array';
+  return 'any';
+}
+
+function initialValue(schema) {
+  if (schema && schema.default !== undefined) return schema.default;
+  switch (schemaType(schema)) {
+    case 'object': {
+      const value = {};
+      for (const [name, sub] of Object.entries(schema.properties || {})) {
+        if ((schema.required || []).includes(name)) value[name] = initialValue(sub);
+      }
+      return value;
+    }
+    case 'array': return [];
+    case 'boolean': return false;
+    default: return undefined;
+  }
+}
+
+/** Checks `value` against the parts of `schema` a form can break; path → message. */
+function validate(schema, value, path = '', errors = {}, required = false) {
+  const type = schemaType(schema);
+  const missing = value === undefined || value === '' || value === null;
+  if (missing) {
+    if (required) errors[path] = 'Required.';
+    return errors;
+  }
+  if (schema.enum && !schema.enum.some((option) => option === value)) {
+    errors[path] = `Must be one of: ${schema.enum.join(', ')}.`;
+  }
+  if (type === 'string') {
+    if (schema.minLength != null && value.length < schema.minLength) errors[path] = `At least ${schema.minLength} characters.`;
+    if (schema.maxLength != null && value.length > schema.maxLength) errors[path] = `At most ${schema.maxLength} characters.`;
+    if (schema.pattern) {
+      try { if (!new RegExp(schema.pattern, 'u').test(value)) errors[path] = `Must match ${schema.pattern}.`; } catch { /* server checks */ }
+    }
+  } else if (type === 'number' || type === 'integer') {
+    if (typeof value !== 'number' || Number.isNaN(value)) errors[path] = 'Must be a number.';
+    else if (type === 'integer' && !Number.isInteger(value)) errors[path] = 'Must be a whole number.';
+    else if (schema.minimum != null && value < schema.minimum) errors[path] = `At least ${schema.minimum}.`;
+    else if (schema.maximum != null && value > schema.maximum) errors[path] = `At most ${schema.maximum}.`;
+  } else if (type === 'object') {
+    for (const [name, sub] of Object.entries(schema.properties || {})) {
+      validate(sub, value[name], `${path}/${name}`, errors, (schema.required || []).includes(name));
+    }
+  } else if (type === 'array') {
+    if (schema.minItems != null && value.length < schema.minItems) errors[path] = `At least ${schema.minItems} items.`;
+    if (schema.maxItems != null && value.length > schema.maxItems) errors[path] = `At most ${schema.maxItems} items.`;
+    value.forEach((item, i) => validate(schema.items || {}, item, `${path}/${i}`, errors, true));
+  } else if (type === 'any' && value && value.__invalidJson) {
+    errors[path] = 'Not valid JSON.';
+  }
+  return errors;
+}
+
+/** Drops empty optional fields, so the server sees only what was filled in. */
+function clean(schema, value) {
+  const type = schemaType(schema);
+  if (type === 'object' && value && typeof value === 'object') {
+    const out = {};
+    for (const [name, sub] of Object.entries(schema.properties || {})) {
+      const v = clean(sub, value[name]);
+      if (v !== undefined && v !== '') out[name] = v;
+    }
+    return out;
+  }
+  if (type === 'array' && Array.isArray(value)) return value.map((item) => clean(schema.items || {}, item));
+  if (value && value.__invalidJson) return undefined;
+  return value;
+}
+
+const fieldId = (path) => `arg${path.replace(/[^A-Za-z0-9_-]/g, (c) => `_${c.charCodeAt(0)}_`)}`;
+
+function SchemaField({ schema, name, path, value, onChange, errors, required }) {
+  const type = schemaType(schema);
+  const id = fieldId(path || '/root');
+  const error = errors[path];
+  const describedBy = [schema.description ? `${id}-hint` : null, error ? `${id}-error` : null].filter(Boolean).join(' ') || undefined;
+  const label = html`<label for=${id}>${schema.title || name}${required ? html` <span aria-hidden="true">*</span><span class="visually-hidden">(required)</span>` : null}</label>`;
+  const hint = schema.description ? html`<span class="hint" id=${`${id}-hint`}>${schema.description}</span>` : null;
+  const message = error ? html`<span class="invalid" id=${`${id}-error`}>${error}</span>` : null;
+  const common = { id, 'aria-invalid': error ? 'true' : 'false', 'aria-describedby': describedBy };
+
+  if (type === 'object') {
+    const properties = Object.entries(schema.properties || {});
+    const inner = properties.map(([key, sub]) => html`<${SchemaField} key=${key} schema=${sub} name=${key}
+      path=${`${path}/${key}`} value=${(value || {})[key]} errors=${errors}
+      required=${(schema.required || []).includes(key)}
+      onChange=${(v) => onChange({ ...(value || {}), [key]: v })} />`);
+    if (!path) return html`<div>${inner}${properties.length === 0 ? html`<p class="muted">This tool takes no arguments.</p>` : null}</div>`;
+    return html`<fieldset><legend>${schema.title || name}${required ? ' *' : ''}</legend>${hint}${inner}${message}</fieldset>`;
+  }
+  if (type === 'array') {
+    const items = Array.isArray(value) ? value : [];
+    const itemSchema = schema.items || {};
+    return html`<fieldset aria-describedby=${describedBy}><legend>${schema.title || name}${required ? ' *' : ''}</legend>${hint}
+      ${items.map((item, i) => html`<div class="array-item" key=${i}>
+        <${SchemaField} schema=${itemSchema} name=${`${name} ${i + 1}`} path=${`${path}/${i}`} value=${item}
+          errors=${errors} required=${true}
+          onChange=${(v) => onChange(items.map((old, j) => (j === i ? v : old)))} />
+        <button type="button" aria-label=${`Remove ${name} ${i + 1}`}
+          onClick=${() => onChange(items.filter((_, j) => j !== i))}>Remove</button>
+      </div>`)}
+      <button type="button" onClick=${() => onChange([...items, initialValue(itemSchema)])}>Add ${name} item</button>
+      ${message}</fieldset>`;
+  }
+  if (type === 'boolean') {
+    return html`<div class="field inline">
+      <input type="checkbox" ...${common} checked=${!!value} onChange=${(e) => onChange(e.target.checked)} />
+      ${label}${hint}${message}</div>`;
+  }
+  let input;
+  if (schema.enum) {
+    input = html`<select ...${common} value=${value === undefined ? '' : String(value)}
+      onChange=${(e) => onChange(e.target.value === '' ? undefined : schema.enum.find((o) => String(o) === e.target.value))}>
+      <option value="">${required ? 'choose…' : '(none)'}</option>
+      ${schema.enum.map((option) => html`<option value=${String(option)}>${String(option)}</option>`)}
+    </select>`;
+  } else if (type === 'number' || type === 'integer') {
+    input = html`<input type="number" ...${common} step=${type === 'integer' ? '1' : 'any'}
+      min=${schema.minimum} max=${schema.maximum} value=${value === undefined ? '' : value}
+      onInput=${(e) => onChange(e.target.value === '' ? undefined : Number(e.target.value))} />`;
+  } else if (type === 'string') {
+    input = html`<input type="text" ...${common} value=${value || ''}
+      onInput=${(e) => onChange(e.target.value === '' ? undefined : e.target.value)} />`;
+  } else {
+    input = html`<textarea ...${common} placeholder="JSON"
+      onInput=${(e) => {
+        const text = e.target.value;
+        if (!text.trim()) return onChange(undefined);
+        try { onChange(JSON.parse(text)); } catch { onChange({ __invalidJson: text }); }
+      }}></textarea>`;
+  }
+  return html`<div class="field">${label}${input}${hint}${message}</div>`;
+}
+
+/** Reads a text/event-stream response, calling `onEvent(name, data)` per event. */
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, '');
+      let name = 'message';
+      const data = [];
+      for (const line of block.split(/\r?\n/)) {
+        if (line.startsWith('event:')) name = line.slice(6).trim();
+        else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+      }
+      if (data.length) onEvent(name, data.join('\n'));
+    }
+  }
+}
+
+function ToolForm({ user, server, tool }) {
+  const schema = tool.inputSchema || { type: 'object' };
+  const [value, setValue] = useState(() => initialValue({ ...schema, type: 'object' }) || {});
+  const [errors, setErrors] = useState({});
+  const [progress, setProgress] = useState([]);
+  const [result, setResult] = useState(null);
+  const [error, setError] = useState(null);
+  const [running, setRunning] = useState(false);
+  const submit = async (e) => {
+    e.preventDefault();
+    const found = validate({ ...schema, type: 'object' }, value, '', {}, true);
+    setErrors(found);
+    if (Object.keys(found).length) return;
+    setRunning(true);
+    setProgress([]);
+    setResult(null);
+    setError(null);
+    try {
+      const response = await api('POST', `/api/mcp-servers/${enc(server.id)}/tools/${enc(tool.name)}/call`,
+        { user, body: { arguments: clean({ ...schema, type: 'object' }, value) }, accept: 'text/event-stream' });
+      await readEvents(response, (name, data) => {
+        const parsed = JSON.parse(data);
+        if (name === 'progress') setProgress((old) => [...old, parsed]);
+        else if (name === 'result') setResult(parsed);
+        else if (name === 'error') setError(new ApiFailure(0, parsed));
+      });
+    } catch (failure) {
+      setError(failure);
+    } finally {
+      setRunning(false);
+    }
+  };
+  const last = progress[progress.length - 1];
+  return html`<form class="panel" onSubmit=${submit} noValidate aria-label=${`Call ${tool.name}`}>
+    <h3>${tool.name}</h3>
+    ${tool.description ? html`<p class="muted">${tool.description}</p>` : null}
+    <${SchemaField} schema=${{ ...schema, type: 'object' }} name=${tool.name} path="" value=${value}
+      errors=${errors} onChange=${setValue} required=${true} />
+    ${Object.keys(errors).length ? html`<div class="alert error" role="alert">Fix the marked fields first.</div>` : null}
+    <button class="primary" type="submit" disabled=${running}>${running ? 'Calling…' : `Call ${tool.name}`}</button>
+    ${progress.length ? html`<div role="status" aria-live="polite">
+      <progress max=${last.total || 100} value=${last.progress}></progress>
+      <div class="muted">Progress ${last.progress}${last.total ? ` of ${last.total}` : ''}${last.message ? `: ${last.message}` : ''}
+        (${progress.length} notifications)</div></div>` : null}
+    <${ErrorBox} error=${error} />
+    ${result ? html`<section aria-label="Result" data-testid="tool-result">
+      <h4>${result.isError ? 'The tool answered with an error' : 'Result'} <span class="muted">(${result.latencyMs} ms)</span></h4>
+      ${(result.content || []).map((block) => (block.type === 'text'
+        ? html`<pre class="result-text">${block.text}</pre>`
+        : html`<pre>${JSON.stringify(block, null, 2)}</pre>`))}
+      ${result.structuredContent ? html`<h4>Structured content</h4><pre>${JSON.stringify(result.structuredContent, null, 2)}</pre>` : null}
+    </section>` : null}
+  </form>`;
+}
+
+function TryServer({ user: initialUser }) {
+  const [user, setUser] = useState(initialUser || '');
+  const [servers, setServers] = useState(null);
+  const [serverId, setServerId] = useState('');
+  const [connected, setConnected] = useState(null);
+  const [lists, setLists] = useState(null);
+  const [tool, setTool] = useState(null);
+  const [read, setRead] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const run = async (work) => {
+    setError(null);
+    setBusy(true);
+    try { await work(); } catch (failure) { setError(failure); } finally { setBusy(false); }
+  };
+  const loadServers = (e) => {
+    e.preventDefault();
+    setServers(null); setConnected(null); setLists(null); setTool(null);
+    run(async () => {
+      const body = await api('GET', '/api/mcp-servers', { user });
+      setServers(body.servers);
+      setServerId(body.servers.length ? body.servers[0].id : '');
+    });
+  };
+  const server = servers && servers.find((s) => s.id === serverId);
+  const connect = () => run(async () => {
+    setConnected(null); setLists(null); setTool(null); setRead(null);
+    const report = await api('POST', `/api/mcp-servers/${enc(serverId)}/connect`, { user });
+    setConnected(report);
+    const [tools, resources, prompts] = await Promise.all([
+      api('GET', `/api/mcp-servers/${enc(serverId)}/tools`, { user }),
+      api('GET', `/api/mcp-servers/${enc(serverId)}/resources`, { user }).catch((f) => ({ failure: f })),
+      api('GET', `/api/mcp-servers/${enc(serverId)}/prompts`, { user }).catch((f) => ({ failure: f })),
+    ]);
+    setLists({ tools: tools.tools, resources, prompts });
+  });
+  const readResource = (uri) => run(async () => {
+    setRead(await api('POST', `/api/mcp-servers/${enc(serverId)}/resources/read`, { user, body: { uri } }));
+  });
+  return html`<h1>Try a server</h1>
+    <p class="muted">Calls made here run as the user, through the same pool and limits as theirs.</p>
+    <form class="panel row" onSubmit=${loadServers} aria-label="Choose a user">
+      <div class="field"><label for="try-user">User id</label>
+        <input id="try-user" value=${user} required onInput=${(e) => setUser(e.target.value)} /></div>
+      <button type="submit">Load servers</button>
+    </form>
+    ${servers ? html`<div class="panel row">
+      <div class="field"><label for="try-server">Server</label>
+        <select id="try-server" value=${serverId} onChange=${(e) => { setServerId(e.target.value); setConnected(null); setLists(null); setTool(null); }}>
+          ${servers.map((s) => html`<option value=${s.id}>${s.name} (${s.type})</option>`)}
+        </select></div>
+      <button class="primary" type="button" disabled=${!server || busy} onClick=${connect}>Connect</button>
+      ${servers.length === 0 ? html`<span class="muted">This user has no servers.</span>` : null}
+    </div>` : null}
+    <${ErrorBox} error=${error} />
+    ${connected ? html`<div class="alert ok" role="status">${`Connected to ${connected.serverInfo.name} ${connected.serverInfo.version || ''} (protocol ${connected.protocolVersion}) in ${connected.latencyMs} ms.`}</div>` : null}
+    ${lists ? html`
+      <h2>Tools (${lists.tools.length})</h2>
+      <div class="tools" role="group" aria-label="Tools">
+        ${lists.tools.map((t) => html`<button type="button" aria-pressed=${tool && tool.name === t.name ? 'true' : 'false'}
+          onClick=${() => setTool(t)}>${t.name}</button>`)}
+      </div>
+      ${tool ? html`<${ToolForm} key=${`${serverId}/${tool.name}`} user=${user} server=${server} tool=${tool} />` : null}
+      <h2>Resources</h2>
+      ${lists.resources.failure ? html`<${ErrorBox} error=${lists.resources.failure} />`
+        : (lists.resources.resources || []).length ? html`<ul>${lists.resources.resources.map((r) => html`<li>
+            <code>${r.uri}</code> ${r.name} <button type="button" onClick=${() => readResource(r.uri)}>Read</button></li>`)}</ul>`
+          : html`<p class="muted">None.</p>`}
+      ${read ? html`<pre>${JSON.stringify(read, null, 2)}</pre>` : null}
+      <h2>Prompts</h2>
+      ${lists.prompts.failure ? html`<${ErrorBox} error=${lists.prompts.failure} />`
+        : (lists.prompts.prompts || []).length ? html`<ul>${lists.prompts.prompts.map((p) => html`<li>
+            <strong>${p.name}</strong> <span class="muted">${p.description || ''}</span>
+            ${(p.arguments || []).length ? html` <span class="hint">arguments: ${p.arguments.map((a) => a.name).join(', ')}</span>` : null}</li>`)}</ul>`
+          : html`<p class="muted">None.</p>`}` : null}`;
+}
+
+// ---------------------------------------------------------------- settings
+
+function Keys() {
+  const [keys, reload] = useAsync(() => api('GET', '/admin/keys'), []);
+  const [name, setName] = useState('');
+  const [role, setRole] = useState('service');
+  const [created, setCreated] = useState(null);
+  const [error, setError] = useState(null);
+  const create = async (e) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      setCreated(await api('POST', '/admin/keys', { body: { name, role } }));
+      setName('');
+      reload();
+    } catch (failure) { setError(failure); }
+  };
+  const revoke = async (key) => {
+    setError(null);
+    if (!confirm(`Revoke the key “${key.name}”? Requests made with it will be refused.`)) return;
+    try { await api('DELETE', `/admin/keys/${enc(key.id)}`); reload(); } catch (failure) { setError(failure); }
+  };
+  return html`<section class="panel" aria-labelledby="keys-title">
+    <h2 id="keys-title">API keys</h2>
+    <form class="row" onSubmit=${create} aria-label="Create an API key">
+      <div class="field"><label for="key-name">Name</label>
+        <input id="key-name" required maxLength="128" value=${name} onInput=${(e) => setName(e.target.value)} /></div>
+      <div class="field"><label for="key-role">Role</label>
+        <select id="key-role" value=${role} onChange=${(e) => setRole(e.target.value)}>
+          <option value="service">service</option><option value="admin">admin</option></select></div>
+      <button class="primary" type="submit">Create key</button>
+    </form>
+    ${created ? html`<div class="alert ok" role="status">
+      Key “${created.name}” created. Copy it now: it is not shown again.
+      <div class="secret-once mono" data-testid="new-key">${created.key}</div></div>` : null}
+    <${ErrorBox} error=${error || keys.error} />
+    ${keys.data ? html`<div class="table-wrap"><table aria-label="API keys">
+      <thead><tr><th>Name</th><th>Role</th><th>Prefix</th><th>Created</th><th>Revoked</th><th></th></tr></thead>
+      <tbody>${keys.data.keys.map((k) => html`<tr data-key-name=${k.name}>
+        <td>${k.name}</td><td>${k.role}</td><td class="mono">${k.prefix}…</td><td>${when(k.createdAt)}</td>
+        <td>${k.revokedAt ? when(k.revokedAt) : '—'}</td>
+        <td class="actions">${k.revokedAt ? null : html`<button type="button" class="danger"
+          aria-label=${`Revoke ${k.name}`} onClick=${() => revoke(k)}>Revoke</button>`}</td>
+      </tr>`)}</tbody></table></div>` : null}
+  </section>`;
+}
+
+const emptySlot = () => ({ name: '', description: '', required: false, default: '', pattern: '' });
+
+function SlotEditor({ title, slots, onChange, idPrefix }) {
+  const set = (i, field, v) => onChange(slots.map((s, j) => (j === i ? { ...s, [field]: v } : s)));
+  return html`<fieldset><legend>${title}</legend>
+    ${slots.map((slot, i) => html`<div class="row" key=${i}>
+      <div class="field"><label for=${`${idPrefix}-${i}-name`}>Slot name</label>
+        <input id=${`${idPrefix}-${i}-name`} required value=${slot.name} onInput=${(e) => set(i, 'name', e.target.value)} /></div>
+      <div class="field"><label for=${`${idPrefix}-${i}-pattern`}>Pattern (regex)</label>
+        <input id=${`${idPrefix}-${i}-pattern`} class="mono" value=${slot.pattern || ''} onInput=${(e) => set(i, 'pattern', e.target.value)} /></div>
+      <div class="field"><label for=${`${idPrefix}-${i}-default`}>Default</label>
+        <input id=${`${idPrefix}-${i}-default`} value=${slot.default || ''} onInput=${(e) => set(i, 'default', e.target.value)} /></div>
+      <div class="field"><label for=${`${idPrefix}-${i}-desc`}>Description</label>
+        <input id=${`${idPrefix}-${i}-desc`} value=${slot.description} onInput=${(e) => set(i, 'description', e.target.value)} /></div>
+      <div class="field inline"><input type="checkbox" id=${`${idPrefix}-${i}-req`} checked=${slot.required}
+        onChange=${(e) => set(i, 'required', e.target.checked)} /><label for=${`${idPrefix}-${i}-req`}>Required</label></div>
+      <button type="button" onClick=${() => onChange(slots.filter((_, j) => j !== i))}>Remove slot</button>
+    </div>`)}
+    <button type="button" onClick=${() => onChange([...slots, emptySlot()])}>Add ${title.toLowerCase()}</button>
+  </fieldset>`;
+}
+
+function Presets() {
+  const [presets, reload] = useAsync(() => api('GET', '/admin/presets'), []);
+  const [editing, setEditing] = useState(null);
+  const [error, setError] = useState(null);
+  const [notice, setNotice] = useState(null);
+  const start = (preset) => {
+    setError(null);
+    setEditing(preset ? {
+      original: preset.name, name: preset.name, description: preset.description, command: preset.command,
+      args: preset.args.join('\n'), argSlots: preset.argSlots, envSlots: preset.envSlots,
+      timeoutSecs: preset.timeoutSecs ?? '',
+    } : { original: null, name: '', description: '', command: '', args: '', argSlots: [], envSlots: [], timeoutSecs: '' });
+  };
+  const slotBody = (slots) => slots.map((s) => ({
+    name: s.name, description: s.description || '', required: !!s.required,
+    default: s.default ? s.default : null, pattern: s.pattern ? s.pattern : null,
+  }));
+  const save = async (e) => {
+    e.preventDefault();
+    setError(null);
+    const body = {
+      description: editing.description, command: editing.command,
+      args: editing.args.split('\n').map((a) => a.trim()).filter(Boolean),
+      argSlots: slotBody(editing.argSlots), envSlots: slotBody(editing.envSlots),
+      timeoutSecs: editing.timeoutSecs === '' ? null : Number(editing.timeoutSecs),
+    };
+    try {
+      if (editing.original) await api('PUT', `/admin/presets/${enc(editing.original)}`, { body });
+      else await api('POST', '/admin/presets', { body: { ...body, name: editing.name } });
+      setNotice(`Preset “${editing.name}” saved.`);
+      setEditing(null);
+      reload();
+    } catch (failure) { setError(failure); }
+  };
+  const remove = async (name) => {
+    if (!confirm(`Delete the preset “${name}”?`)) return;
+    try { await api('DELETE', `/admin/presets/${enc(name)}`); reload(); } catch (failure) { setError(failure); }
+  };
+  const set = (field) => (e) => setEditing({ ...editing, [field]: e.target.value });
+  return html`<section class="panel" aria-labelledby="presets-title">
+    <h2 id="presets-title">Presets (the stdio allow-list)</h2>
+    <p class="hint">Users can run only these programs; they fill in the slots (<code>{slot}</code> in an argument), checked against each slot's pattern.</p>
+    <${ErrorBox} error=${error || presets.error} />
+    ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
+    ${presets.data ? html`<div class="table-wrap"><table aria-label="Presets">
+      <thead><tr><th>Name</th><th>Command line</th><th>Slots</th><th></th></tr></thead>
+      <tbody>${presets.data.presets.map((p) => html`<tr>
+        <td>${p.name}<div class="muted">${p.description}</div></td>
+        <td class="mono">${[p.command, ...p.args].join(' ')}</td>
+        <td>${[...p.argSlots, ...p.envSlots].map((s) => html`<div><code>${s.name}</code>${s.pattern ? html` ~ <code>${s.pattern}</code>` : null}</div>`)}</td>
+        <td class="actions"><button type="button" onClick=${() => start(p)} aria-label=${`Edit ${p.name}`}>Edit</button>
+          <button type="button" class="danger" onClick=${() => remove(p.name)} aria-label=${`Delete ${p.name}`}>Delete</button></td>
+      </tr>`)}</tbody></table></div>` : null}
+    ${editing ? html`<form onSubmit=${save} aria-label="Preset">
+      <h3>${editing.original ? `Edit ${editing.original}` : 'New preset'}</h3>
+      <div class="row">
+        <div class="field"><label for="p-name">Name</label>
+          <input id="p-name" required pattern="[a-z0-9_-]{1,64}" disabled=${!!editing.original} value=${editing.name} onInput=${set('name')} /></div>
+        <div class="field"><label for="p-command">Command</label>
+          <input id="p-command" class="mono" required value=${editing.command} onInput=${set('command')} /></div>
+        <div class="field"><label for="p-timeout">Timeout (s)</label>
+          <input id="p-timeout" type="number" min="1" value=${editing.timeoutSecs} onInput=${set('timeoutSecs')} /></div>
+      </div>
+      <div class="field"><label for="p-desc">Description</label>
+        <input id="p-desc" value=${editing.description} onInput=${set('description')} /></div>
+      <div class="field"><label for="p-args">Arguments, one per line</label>
+        <textarea id="p-args" value=${editing.args} onInput=${set('args')}></textarea></div>
+      <${SlotEditor} title="Argument slots" idPrefix="arg-slot" slots=${editing.argSlots} onChange=${(v) => setEditing({ ...editing, argSlots: v })} />
+      <${SlotEditor} title="Env slots" idPrefix="env-slot" slots=${editing.envSlots} onChange=${(v) => setEditing({ ...editing, envSlots: v })} />
+      <button class="primary" type="submit">Save preset</button>
+      <button type="button" onClick=${() => setEditing(null)}>Cancel</button>
+    </form>` : html`<button type="button" onClick=${() => start(null)}>New preset</button>`}
+  </section>`;
+}
+
+function JsonPanel({ title, path, render: show }) {
+  const [state] = useAsync(() => api('GET', path), [path]);
+  return html`<section class="panel" aria-label=${title}>
+    <h2>${title}</h2>
+    <${ErrorBox} error=${state.error} />
+    ${state.data ? show(state.data) : null}
+  </section>`;
+}
+
+function Settings() {
+  return html`<h1>Settings</h1>
+    <${Presets} />
+    <${Keys} />
+    <${JsonPanel} title="Global servers file" path="/admin/global-servers"
+      render=${(data) => html`<pre>${JSON.stringify(data, null, 2)}</pre>`} />
+    <${JsonPanel} title="Xiaozhi bridges" path="/admin/xiaozhi"
+      render=${(data) => (data.bridges.length ? html`<div class="table-wrap"><table aria-label="Xiaozhi bridges">
+        <thead><tr><th>User</th><th>Assistant</th><th>State</th><th>Details</th></tr></thead>
+        <tbody>${data.bridges.map((b) => html`<tr><td>${b.userId}</td><td>${b.assistantId}</td>
+          <td>${b.state || b.status || '—'}</td><td><pre>${JSON.stringify(b, null, 2)}</pre></td></tr>`)}</tbody>
+      </table></div>` : html`<p class="muted">No bridges run on this instance.</p>`)} />
+    <${JsonPanel} title="Cluster instances" path="/admin/instances"
+      render=${(data) => html`<div class="table-wrap"><table aria-label="Instances">
+        <thead><tr><th>Instance</th><th>Started</th><th>Last heartbeat</th><th>Live</th></tr></thead>
+        <tbody>${data.instances.map((i) => html`<tr><td class="mono">${i.id}${i.me ? ' (this one)' : ''}</td>
+          <td>${when(i.startedAt)}</td><td>${when(i.heartbeatAt)}</td><td>${i.live ? 'yes' : 'no'}</td></tr>`)}</tbody>
+      </table></div>`} />
+    <p class="hint">OAuth authorizations are per user and server: see a user's servers on the Users page.</p>`;
+}
+
+// ---------------------------------------------------------------- shell
+
+const PAGES = [
+  ['overview', 'Overview'], ['connections', 'Connections'], ['users', 'Users'],
+  ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
+];
+
+function useRoute() {
+  const parse = () => {
+    const [page = 'overview', ...rest] = location.hash.replace(/^#\/?/, '').split('/');
+    return { page: PAGES.some(([p]) => p === page) ? page : 'overview', arg: rest.length ? decodeURIComponent(rest.join('/')) : null };
+  };
+  const [route, setRoute] = useState(parse);
+  useEffect(() => {
+    const changed = () => setRoute(parse());
+    addEventListener('hashchange', changed);
+    return () => removeEventListener('hashchange', changed);
+  }, []);
+  return route;
+}
+
+function Console({ onSignOut }) {
+  const route = useRoute();
+  const mainRef = useRef(null);
+  useEffect(() => { live.start(); return () => live.stop(); }, []);
+  useEffect(() => {
+    const title = PAGES.find(([p]) => p === route.page)[1];
+    document.title = `${title} · mcp-pool console`;
+  }, [route.page]);
+  const page = {
+    overview: () => html`<${Overview} />`,
+    connections: () => html`<${Connections} />`,
+    users: () => html`<${Users} user=${route.arg} />`,
+    audit: () => html`<${Audit} />`,
+    try: () => html`<${TryServer} user=${route.arg} />`,
+    settings: () => html`<${Settings} />`,
+  }[route.page];
+  return html`<a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); mainRef.current && mainRef.current.focus(); }}>Skip to content</a>
+    <header class="top">
+      <span class="brand">mcp-pool console</span>
+      <nav class="main" aria-label="Console sections"><ul>
+        ${PAGES.map(([id, label]) => html`<li><a href=${`#/${id}`} aria-current=${route.page === id ? 'page' : undefined}>${label}</a></li>`)}
+      </ul></nav>
+      <span class="spacer"></span>
+      <${LiveStatus} />
+      <button type="button" onClick=${onSignOut}>Sign out</button>
+    </header>
+    <main id="main" tabIndex="-1" ref=${mainRef}>${page()}</main>`;
+}
+
+function App() {
+  const [session, setSession] = useState(undefined);
+  useEffect(() => {
+    onSignedOut = () => { csrf = null; setSession(null); };
+    api('GET', '/console/session').then((s) => { csrf = s.csrfToken; setSession(s); }, () => setSession(null));
+  }, []);
+  if (session === undefined) return html`<p class="loading">Loading the console…</p>`;
+  if (!session) {
+    return html`<${SignIn} onSignedIn=${(s) => { csrf = s.csrfToken; setSession(s); }} />`;
+  }
+  const signOut = async () => {
+    try { await api('DELETE', '/console/session'); } catch { /* signed out either way */ }
+    csrf = null;
+    setSession(null);
+  };
+  return html`<${Console} onSignOut=${signOut} />`;
+}
+
+render(html`<${App} />`, document.getElementById('app'));

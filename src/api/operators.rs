@@ -1,0 +1,291 @@
+//! What operators read beyond connections: `/admin/users/{id}` (a user's assistants,
+//! bindings, gateway tokens by name and open tool calls), `/admin/audit` (filtered,
+//! paged), `/admin/instances` and `/admin/metrics/recent` (the last 15 minutes of tool
+//! calls). The console draws these; they are plain admin API for anyone else.
+
+use axum::Json as JsonResponse;
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::AdminContext;
+use super::error::ApiError;
+use super::extract::{Path, Query};
+use super::openapi::ExternalId;
+use crate::domain::{ToolCallRecord, UserId};
+use crate::metrics::RecentSlot;
+use crate::services::operators::{AuditQuery, UserOverview};
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(user))
+        .routes(routes!(audit))
+        .routes(routes!(instances))
+        .routes(routes!(recent_calls))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct GatewayTokenName {
+    id: String,
+    name: String,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct AssistantView {
+    id: String,
+    /// Bound servers, in order.
+    server_ids: Vec<String>,
+    /// Names only: a token is shown once, when it is made.
+    gateway_tokens: Vec<GatewayTokenName>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct OpenMessageView {
+    message_id: String,
+    conversation_id: Option<String>,
+    created_at: DateTime<Utc>,
+    /// Only its calls still open (`pending` waits for a decision, `invoking` runs).
+    tool_calls: Vec<ToolCallRecord>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct UserView {
+    user_id: String,
+    assistants: Vec<AssistantView>,
+    /// Newest first, at most 100 messages.
+    open_tool_calls: Vec<OpenMessageView>,
+}
+
+impl UserView {
+    fn new(user: &UserId, overview: UserOverview) -> Self {
+        Self {
+            user_id: user.as_str().to_owned(),
+            assistants: overview
+                .assistants
+                .into_iter()
+                .map(|a| AssistantView {
+                    id: a.id.as_str().to_owned(),
+                    server_ids: a.servers.iter().map(ToString::to_string).collect(),
+                    gateway_tokens: a
+                        .gateway_tokens
+                        .into_iter()
+                        .map(|t| GatewayTokenName {
+                            id: t.id.to_string(),
+                            name: t.name,
+                            created_at: t.created_at,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            open_tool_calls: overview
+                .open_messages
+                .into_iter()
+                .map(|m| OpenMessageView {
+                    message_id: m.id.to_string(),
+                    conversation_id: m.conversation_id.map(|c| c.to_string()),
+                    created_at: m.created_at,
+                    tool_calls: m
+                        .tool_calls
+                        .into_iter()
+                        .filter(|c| c.status.is_open())
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One user as support sees them: assistants with their bound servers and gateway token
+/// names, and their open tool calls. Their servers are at `GET /api/mcp-servers` (with
+/// `X-User-Id`), secrets masked.
+#[utoipa::path(get, path = "/admin/users/{user}", tag = "admin",
+    params(("user" = ExternalId, Path, description = "The user's id")),
+    responses((status = OK, body = UserView)))]
+async fn user(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Path(user): Path<String>,
+) -> Result<JsonResponse<UserView>, ApiError> {
+    let user = UserId::parse(&user).map_err(|e| ApiError::InvalidUserId(e.to_string()))?;
+    let overview = state.services.operators.user_overview(&user).await?;
+    Ok(JsonResponse(UserView::new(&user, overview)))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct AuditParams {
+    /// Only this user's rows.
+    user_id: Option<String>,
+    /// Only this server's rows (its id).
+    server_id: Option<String>,
+    /// Only calls of this tool (its name on the server).
+    tool: Option<String>,
+    /// `done`, `error`, `cancelled` (calls), `approved`, `rejected` (admin decisions).
+    outcome: Option<String>,
+    /// From this time on (RFC 3339).
+    from: Option<DateTime<Utc>>,
+    /// Before this time (RFC 3339).
+    to: Option<DateTime<Utc>>,
+    /// Page number from 0.
+    page: Option<u64>,
+    /// Rows per page, 1 to 200 (50 when absent).
+    page_size: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct AuditEntryView {
+    id: String,
+    user_id: String,
+    server_id: Option<String>,
+    server_name: String,
+    tool_name: String,
+    message_id: Option<String>,
+    outcome: String,
+    error_code: Option<String>,
+    latency_ms: Option<i64>,
+    /// The admin key that approved or rejected the call for its user.
+    decided_by: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct AuditPageView {
+    entries: Vec<AuditEntryView>,
+    page: u64,
+    page_size: u64,
+    total: u64,
+}
+
+/// The audit log, newest first: executed tool calls (never their arguments) and admins'
+/// decisions on users' calls.
+#[utoipa::path(get, path = "/admin/audit", tag = "admin",
+    params(AuditParams), responses((status = OK, body = AuditPageView)))]
+async fn audit(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Query(params): Query<AuditParams>,
+) -> Result<JsonResponse<AuditPageView>, ApiError> {
+    let page = state
+        .services
+        .operators
+        .audit(AuditQuery {
+            user_id: params.user_id,
+            server_id: params.server_id,
+            tool: params.tool,
+            outcome: params.outcome,
+            from: params.from,
+            to: params.to,
+            page: params.page,
+            page_size: params.page_size,
+        })
+        .await?;
+    Ok(JsonResponse(AuditPageView {
+        entries: page
+            .rows
+            .into_iter()
+            .map(|row| AuditEntryView {
+                id: row.id.to_string(),
+                user_id: row.user_id,
+                server_id: row.server_id.map(|s| s.to_string()),
+                server_name: row.server_name,
+                tool_name: row.tool_name,
+                message_id: row.message_id.map(|m| m.to_string()),
+                outcome: row.outcome,
+                error_code: row.error_code,
+                latency_ms: row.latency_ms,
+                decided_by: row.decided_by,
+                created_at: row.created_at,
+            })
+            .collect(),
+        page: page.page,
+        page_size: page.page_size,
+        total: page.total,
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct InstanceView {
+    id: String,
+    started_at: DateTime<Utc>,
+    heartbeat_at: DateTime<Utc>,
+    /// Its heartbeat is within `cluster.instance_ttl_secs`.
+    live: bool,
+    /// The instance that answered this request.
+    me: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+struct InstanceList {
+    instances: Vec<InstanceView>,
+}
+
+/// The instances sharing the database.
+#[utoipa::path(get, path = "/admin/instances", tag = "admin",
+    responses((status = OK, body = InstanceList)))]
+async fn instances(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+) -> Result<JsonResponse<InstanceList>, ApiError> {
+    let instances = state.services.operators.instances().await?;
+    Ok(JsonResponse(InstanceList {
+        instances: instances
+            .into_iter()
+            .map(|i| InstanceView {
+                id: i.id.to_string(),
+                started_at: i.started_at,
+                heartbeat_at: i.heartbeat_at,
+                live: i.live,
+                me: i.me,
+            })
+            .collect(),
+    }))
+}
+
+/// The recent-calls window as JSON (also sent on `/admin/events` as `calls`).
+pub(super) fn recent_calls_body(slots: &[RecentSlot]) -> Value {
+    let slots: Vec<Value> = slots
+        .iter()
+        .map(|slot| {
+            let errors: Map<String, Value> = slot
+                .errors
+                .iter()
+                .map(|(code, count)| ((*code).to_owned(), json!(count)))
+                .collect();
+            json!({
+                "start": DateTime::from_timestamp(slot.start, 0),
+                "calls": slot.calls,
+                "errors": errors,
+                "p50Ms": slot.p50_ms,
+                "p99Ms": slot.p99_ms,
+            })
+        })
+        .collect();
+    json!({
+        "slotSeconds": crate::metrics::SLOT_SECS,
+        "slots": slots,
+    })
+}
+
+/// Tool calls on this instance over the last 15 minutes, in 10-second slots: calls,
+/// errors by code (`tool_error`: the tool answered `isError`), p50 and p99 latency.
+#[utoipa::path(get, path = "/admin/metrics/recent", tag = "admin",
+    responses((status = OK, body = Value)))]
+async fn recent_calls(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
+    JsonResponse(recent_calls_body(
+        &state.services.pool.metrics().recent_calls(),
+    ))
+}
