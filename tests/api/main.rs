@@ -7,6 +7,8 @@ mod chat;
 mod cli;
 mod cluster;
 mod conformance;
+mod console;
+mod console_browser;
 mod elicitation;
 mod embedded;
 mod gateway;

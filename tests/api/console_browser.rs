@@ -1,0 +1,197 @@
+//! The operators' console (`/console`) in a real browser: node:test scripts in
+//! `tests/console/` drive Debian's chromium through playwright-core (both installed by
+//! `tests/setup.sh`) against a service started here.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::helpers::{ADMIN_KEY, TestApp, spawn_pool_app};
+
+/// How long one script may run, browser start included.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Debian's chromium (`apt-get install chromium`).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The console as an operator uses it (`tests/console/console.test.mjs`): sign-in, live
+/// connections, stop, escaping, approving a parked call, a tool form, keys, the audit log,
+/// a phone in dark mode. Screenshots of each page go to `target/console-screenshots/`.
+#[tokio::test]
+async fn an_operator_uses_the_console_in_a_real_browser() {
+    let app = spawn_pool_app().await;
+    // User `u` with the fixture `fx` bound to assistant a1, `echo` auto-approved.
+    let server = app.fixture_for_a1(&["echo"]).await;
+    let xss_server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "<script>window.__xss=1</script>", "preset": "fixture"}),
+        )
+        .await;
+    app.gateway_token("u", "a1").await;
+    // Two pages of audit entries: 30 auto-approved calls, run at once.
+    for _ in 0..2 {
+        let calls: Vec<_> = (0..15)
+            .map(|n| json!({"id": format!("e{n}"), "name": "mcp__fx__echo", "arguments": {"text": "hi"}}))
+            .collect();
+        let reply = app
+            .user(
+                "u",
+                Method::POST,
+                &format!("/api/messages/{}/tool-calls?wait=20", Uuid::new_v4()),
+                Some(json!({"assistantId": "a1", "calls": calls})),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+    // One call parked for approval.
+    let message = Uuid::new_v4().to_string();
+    let parked = app
+        .user(
+            "u",
+            Method::POST,
+            &format!("/api/messages/{message}/tool-calls"),
+            Some(json!({"assistantId": "a1", "calls": [
+                {"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}
+            ]})),
+        )
+        .await;
+    assert_eq!(
+        parked.body["toolCalls"][0]["status"], "pending",
+        "{}",
+        parked.text
+    );
+
+    let output = run_console_script(
+        &app,
+        "console.test.mjs",
+        &[
+            ("USER_ID", "u".to_owned()),
+            ("SERVER_ID", server),
+            ("XSS_SERVER", xss_server),
+            ("MESSAGE_ID", message),
+        ],
+    )
+    .await;
+    assert!(output.contains("ℹ fail 0"), "{output}");
+    app.stop().await;
+}
+
+/// Runs `node --test tests/console/<script>` against `app` and returns its stdout (the
+/// spec reporter's lines); panics with the whole stdout and stderr when it fails or
+/// outlives [`SCRIPT_TIMEOUT`] (then it is killed, with its test processes).
+///
+/// The script sees `BASE_URL`, `ADMIN_KEY`, `SERVICE_KEY`, `SCREENSHOT_DIR`
+/// (`target/console-screenshots`), `CHROMIUM` and `extra_env`.
+pub async fn run_console_script(
+    app: &TestApp,
+    script: &str,
+    extra_env: &[(&str, String)],
+) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        root.join("tests/console/node_modules/playwright-core")
+            .exists(),
+        "playwright-core is not installed in tests/console: run tests/setup.sh \
+         (it also installs Debian's chromium)"
+    );
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run tests/setup.sh (it installs Debian's chromium)"
+    );
+    let mut child = Command::new("node")
+        .current_dir(root)
+        .args(["--test", "--test-reporter=spec"])
+        .arg(Path::new("tests/console").join(script))
+        .env("BASE_URL", &app.address)
+        .env("ADMIN_KEY", ADMIN_KEY)
+        .env("SERVICE_KEY", &app.service_key)
+        .env("SCREENSHOT_DIR", root.join("target/console-screenshots"))
+        .env("CHROMIUM", CHROMIUM)
+        .env("NO_COLOR", "1")
+        .envs(
+            extra_env
+                .iter()
+                .map(|(name, value)| (*name, value.as_str())),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout ends node's per-file test processes too.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let stdout = collect(child.stdout.take().expect("piped stdout"));
+    let stderr = collect(child.stderr.take().expect("piped stderr"));
+    let status = match tokio::time::timeout(SCRIPT_TIMEOUT, child.wait()).await {
+        Ok(status) => Some(status.expect("node is waited for")),
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                let pid = i32::try_from(pid).expect("a pid fits in i32");
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            let _ = child.kill().await;
+            None
+        }
+    };
+    // The pipes close when the last process holding them ends; give them a moment.
+    let stdout = stdout.finish().await;
+    let stderr = stderr.finish().await;
+    match status {
+        Some(status) if status.success() => stdout,
+        Some(status) => panic!(
+            "tests/console/{script} failed ({status}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        ),
+        None => panic!(
+            "tests/console/{script} did not finish within {} s and was killed:\n\
+             --- stdout\n{stdout}\n--- stderr\n{stderr}",
+            SCRIPT_TIMEOUT.as_secs()
+        ),
+    }
+}
+
+/// A pipe read to its end in the background; what arrived so far stays readable.
+struct Collected {
+    buffer: Arc<Mutex<Vec<u8>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+fn collect(mut pipe: impl AsyncRead + Unpin + Send + 'static) -> Collected {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink = buffer.clone();
+    let reader = tokio::spawn(async move {
+        let mut chunk = [0u8; 8192];
+        while let Ok(read) = pipe.read(&mut chunk).await {
+            if read == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..read]);
+        }
+    });
+    Collected { buffer, reader }
+}
+
+impl Collected {
+    /// The text read once the pipe has closed, or after 10 s with what has arrived.
+    async fn finish(self) -> String {
+        let mut reader = self.reader;
+        if tokio::time::timeout(Duration::from_secs(10), &mut reader)
+            .await
+            .is_err()
+        {
+            reader.abort();
+        }
+        String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
+    }
+}
