@@ -7,6 +7,7 @@ mod assistants;
 mod auth;
 mod chat;
 mod connections;
+mod console;
 mod elicitations;
 mod error;
 mod events;
@@ -18,6 +19,7 @@ mod messages;
 mod metrics;
 mod oauth;
 mod openapi;
+mod operators;
 mod presets;
 mod sampling;
 mod servers;
@@ -81,6 +83,7 @@ pub fn router(state: AppState) -> Router {
     let (rest, mut spec) = documented_routes().split_for_parts();
     openapi::add_shared_parts(&mut spec);
     rest.merge(gateway::mcp_endpoint(&state))
+        .merge(console::routes(&state))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", spec))
         .fallback(|uri: Uri| async move { ApiError::RouteNotFound(uri.path().to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -140,6 +143,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(keys::routes())
         .merge(upstream::routes())
         .merge(connections::routes())
+        .merge(operators::routes())
         .merge(messages::routes())
         .merge(events::routes())
         .merge(chat::routes())

@@ -92,11 +92,19 @@ async fn main() -> ExitCode {
 async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
     match command {
         Command::Serve => {
+            // Where an operator signs in (with an admin key), once the port is known.
+            let console_host = settings
+                .console
+                .enabled
+                .then(|| settings.server.host.clone());
             let mut app = Application::build(settings).await?;
             if let Some(key) = app.take_generated_admin_key() {
                 println!(
                     "\n  First start: created an admin API key. It is shown only now; keep it safe:\n\n    {key}\n"
                 );
+            }
+            if let Some(host) = console_host {
+                println!("  Console: http://{host}:{}/console", app.port());
             }
             app.run_until_stopped().await?;
         }

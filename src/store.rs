@@ -17,6 +17,7 @@ use crate::security::Cipher;
 
 mod api_keys;
 mod assistants;
+mod audit;
 mod conversations;
 pub mod entities;
 mod gateway;
@@ -29,10 +30,11 @@ mod servers;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
+pub use audit::{AuditEntry, AuditFilter, AuditOutcome, AuditRepo, AuditRow};
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};
 pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
 pub use instances::InstanceRepo;
-pub use messages::{AuditEntry, MessageRepo, StoredMessage};
+pub use messages::{MessageRepo, StoredMessage};
 pub use notify::NoteListener;
 pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
 pub use presets::PresetRepo;
@@ -148,8 +150,17 @@ impl Store {
         ConversationRepo::new(self.db.clone())
     }
 
+    /// The at-rest cipher, for what services seal outside a table (console sessions).
+    pub fn cipher(&self) -> &Arc<Cipher> {
+        &self.cipher
+    }
+
     pub fn messages(&self) -> MessageRepo {
         MessageRepo::new(self.db.clone())
+    }
+
+    pub fn audit(&self) -> AuditRepo {
+        AuditRepo::new(self.db.clone())
     }
 
     pub fn gateway(&self) -> GatewayRepo {

@@ -38,7 +38,8 @@
 //! `big` (a result of N bytes), `crash` (exits the process), `notify` (adds the tool
 //! `extra` and sends tools/list_changed), `announce` (resources and prompts
 //! list_changed), `log` (a log message), `progress` (progress notifications), `env` (reads
-//! an environment variable), `pid`. Resources `fixture://greeting` and
+//! an environment variable), `pid`; with `stdio --form-tool` also `form` (every kind of
+//! input field; answers its arguments). Resources `fixture://greeting` and
 //! `fixture://cancellations` (requests cancelled by the client so far); one prompt `greet`.
 
 // Logging is deprecated in 2026-07-28 but is what 2025-11-25 clients take.
@@ -78,6 +79,9 @@ struct Fixture {
     admin_tool: bool,
     /// `--modern-only`: speaks 2026-07-28 alone (no `initialize`, no sessions).
     modern_only: bool,
+    /// `stdio --form-tool`: lists `form`, whose input schema has every kind of field a
+    /// generated form must handle (the console's tests); it answers its arguments.
+    form_tool: bool,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -190,6 +194,42 @@ impl Fixture {
                 "admin_tool",
                 "Needs the write scope in the OAuth mode",
                 schema(json!({"type": "object"})),
+            ));
+        }
+        if self.form_tool {
+            tools.push(Tool::new(
+                "form",
+                "Answers its arguments as JSON",
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string", "minLength": 3, "description": "At least 3 characters"},
+                        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "ratio": {"type": "number"},
+                        "urgent": {"type": "boolean"},
+                        "colour": {"type": "string", "enum": ["red", "green", "blue"]},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "owner": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string"},
+                                "contacts": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "kind": {"type": "string", "enum": ["email", "phone"]},
+                                            "value": {"type": "string"}
+                                        },
+                                        "required": ["kind", "value"]
+                                    }
+                                }
+                            },
+                            "required": ["name"]
+                        }
+                    },
+                    "required": ["title", "count", "colour"]
+                })),
             ));
         }
         if self.extra_tool.load(Ordering::SeqCst) {
@@ -340,6 +380,9 @@ impl ServerHandler for Fixture {
                 ))
             }
             "pid" => Ok(text(std::process::id().to_string())),
+            "form" if self.form_tool => Ok(text(
+                Value::Object(request.arguments.clone().unwrap_or_default()).to_string(),
+            )),
             "admin_tool" if self.admin_tool => Ok(text("admin")),
             "extra" if self.extra_tool.load(Ordering::SeqCst) => Ok(text("extra")),
             other => Err(McpError::invalid_params(
@@ -613,7 +656,13 @@ async fn serve_http(
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("stdio") => match Fixture::default().serve(rmcp::transport::stdio()).await {
+        Some("stdio") => match (Fixture {
+            form_tool: args.get(1).is_some_and(|flag| flag == "--form-tool"),
+            ..Fixture::default()
+        })
+        .serve(rmcp::transport::stdio())
+        .await
+        {
             Ok(service) => service
                 .waiting()
                 .await
@@ -678,7 +727,7 @@ async fn main() -> std::process::ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
+                "usage: mcp-fixture stdio [--form-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

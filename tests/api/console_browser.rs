@@ -39,6 +39,14 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
         )
         .await;
     app.gateway_token("u", "a1").await;
+    // A fixture whose `form` tool has nested objects, arrays, enums and booleans.
+    let mut form_preset = crate::upstreams::fixture_preset();
+    form_preset["name"] = json!("fixture-form");
+    form_preset["args"] = json!(["stdio", "--form-tool"]);
+    app.create_preset_ok(form_preset).await;
+    let form_server = app
+        .create_server_ok("u", json!({"name": "forms", "preset": "fixture-form"}))
+        .await;
     // Two pages of audit entries: 30 auto-approved calls, run at once.
     for _ in 0..2 {
         let calls: Vec<_> = (0..15)
@@ -80,10 +88,19 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
             ("SERVER_ID", server),
             ("XSS_SERVER", xss_server),
             ("MESSAGE_ID", message),
+            ("FORM_SERVER", form_server),
         ],
     )
     .await;
-    assert!(output.contains("ℹ fail 0"), "{output}");
+    // node's spec reporter closes with `ℹ tests N` and `ℹ pass N`.
+    let count = |label: &str| {
+        output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("ℹ {label} ")))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+    };
+    assert_eq!(count("tests"), Some(11), "{output}");
+    assert_eq!(count("pass"), Some(11), "{output}");
     app.stop().await;
 }
 

@@ -4,6 +4,7 @@
 //   SERVER_ID     that server's id
 //   XSS_SERVER    the id of the user's second fixture server, named <script>…</script>
 //   MESSAGE_ID    a message whose call `c1` (fx's `add`) is parked for approval
+//   FORM_SERVER   the user's fixture started with --form-tool (the tool `form`)
 // Each test builds on the previous one (one signed-in page), as an operator would.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,6 +16,7 @@ const USER = process.env.USER_ID;
 const SERVER = process.env.SERVER_ID;
 const XSS_SERVER = process.env.XSS_SERVER;
 const MESSAGE = process.env.MESSAGE_ID;
+const FORM_SERVER = process.env.FORM_SERVER;
 const SERVICE_KEY = process.env.SERVICE_KEY;
 const XSS_NAME = '<script>window.__xss=1</script>';
 
@@ -169,6 +171,78 @@ test('a form generated from the add tool\'s inputSchema calls it and shows the r
   assert.equal(await progress.getByTestId('tool-result').count(), 0, 'progress arrives before the result');
   await progress.getByTestId('tool-result').getByText('done after 4 steps').waitFor();
   await progress.getByText('(4 notifications)').waitFor();
+});
+
+test('a form for nested objects, arrays, enums and booleans checks input and sends what was entered', async () => {
+  await page.getByLabel('Server').selectOption(FORM_SERVER);
+  await page.getByRole('button', { name: 'Connect' }).click();
+  await page.getByRole('group', { name: 'Tools' }).getByRole('button', { name: 'form', exact: true }).click();
+  const form = page.getByRole('form', { name: 'Call form' });
+  await form.getByLabel(/^title/).fill('ab');
+  await form.getByLabel(/^count/).fill('11');
+  await form.getByRole('button', { name: 'Call form' }).click();
+  await form.getByText('At least 3 characters.').waitFor();
+  await form.getByText('At most 10.').waitFor();
+  // The enum is a select; its message names the field that is missing.
+  await form.getByText('Required.').first().waitFor();
+  assert.equal(await form.getByTestId('tool-result').count(), 0, 'nothing was sent');
+
+  await form.getByLabel(/^title/).fill('Quarterly report');
+  await form.getByLabel(/^count/).fill('3');
+  await form.getByLabel(/^ratio/).fill('0.25');
+  await form.getByLabel(/^colour/).selectOption('green');
+  await form.getByLabel(/^urgent/).check();
+  await form.getByRole('button', { name: 'Add tags item' }).click();
+  await form.getByRole('button', { name: 'Add tags item' }).click();
+  await form.getByLabel(/^tags 1/).fill('q3');
+  await form.getByLabel(/^tags 2/).fill('finance');
+  await form.getByLabel(/^name/).fill('Ada');
+  await form.getByRole('button', { name: 'Add contacts item' }).click();
+  await form.getByLabel(/^kind/).selectOption('email');
+  await form.getByLabel(/^value/).fill('ada@example.com');
+  await form.getByRole('button', { name: 'Call form' }).click();
+  const result = form.getByTestId('tool-result');
+  await result.waitFor();
+  const sent = JSON.parse(await result.locator('pre.result-text').innerText());
+  assert.deepEqual(sent, {
+    title: 'Quarterly report', count: 3, ratio: 0.25, urgent: true, colour: 'green',
+    tags: ['q3', 'finance'],
+    owner: { name: 'Ada', contacts: [{ kind: 'email', value: 'ada@example.com' }] },
+  });
+  await screenshot(page, '05b-generated-form');
+});
+
+test('a preset with a slot pattern is created and edited from the console', async () => {
+  await go('settings');
+  await page.getByRole('button', { name: 'New preset' }).click();
+  const form = page.getByRole('form', { name: 'Preset' });
+  await form.getByLabel('Name', { exact: true }).fill('notes');
+  await form.getByLabel('Command', { exact: true }).fill('/usr/bin/true');
+  await form.getByLabel('Arguments, one per line').fill('--root\n{root}');
+  await form.getByRole('button', { name: 'Add argument slots' }).click();
+  await form.getByLabel('Slot name').fill('root');
+  await form.getByLabel('Pattern (regex)').fill('/srv/notes/[a-z]+');
+  await form.getByLabel('Required').check();
+  await form.getByRole('button', { name: 'Save preset' }).click();
+  await page.getByRole('status').filter({ hasText: 'Preset “notes” saved.' }).waitFor();
+  let stored = await api('GET', '/admin/presets/notes');
+  assert.equal(stored.status, 200, JSON.stringify(stored));
+  assert.deepEqual(stored.body.args, ['--root', '{root}']);
+  assert.equal(stored.body.argSlots[0].pattern, '/srv/notes/[a-z]+');
+  assert.equal(stored.body.argSlots[0].required, true);
+
+  await page.getByRole('button', { name: 'Edit notes' }).click();
+  await form.getByLabel('Pattern (regex)').fill('/srv/notes/[a-z0-9]+');
+  await form.getByRole('button', { name: 'Save preset' }).click();
+  await page.getByRole('status').filter({ hasText: 'Preset “notes” saved.' }).waitFor();
+  stored = await api('GET', '/admin/presets/notes');
+  assert.equal(stored.body.argSlots[0].pattern, '/srv/notes/[a-z0-9]+');
+  // A pattern the service cannot compile is refused with its error code.
+  await page.getByRole('button', { name: 'Edit notes' }).click();
+  await form.getByLabel('Pattern (regex)').fill('([');
+  await form.getByRole('button', { name: 'Save preset' }).click();
+  await form.getByRole('alert').filter({ hasText: 'VALIDATION_ERROR' }).waitFor();
+  await form.getByRole('button', { name: 'Cancel' }).click();
 });
 
 test('an API key is created, shown once, works, and is revoked', async () => {

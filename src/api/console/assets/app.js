@@ -916,6 +916,7 @@ function Presets() {
   const [notice, setNotice] = useState(null);
   const start = (preset) => {
     setError(null);
+    setNotice(null);
     setEditing(preset ? {
       original: preset.name, name: preset.name, description: preset.description, command: preset.command,
       args: preset.args.join('\n'), argSlots: preset.argSlots, envSlots: preset.envSlots,
@@ -951,7 +952,7 @@ function Presets() {
   return html`<section class="panel" aria-labelledby="presets-title">
     <h2 id="presets-title">Presets (the stdio allow-list)</h2>
     <p class="hint">Users can run only these programs; they fill in the slots (<code>{slot}</code> in an argument), checked against each slot's pattern.</p>
-    <${ErrorBox} error=${error || presets.error} />
+    ${editing ? null : html`<${ErrorBox} error=${error || presets.error} />`}
     ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
     ${presets.data ? html`<div class="table-wrap"><table aria-label="Presets">
       <thead><tr><th>Name</th><th>Command line</th><th>Slots</th><th></th></tr></thead>
@@ -978,6 +979,7 @@ function Presets() {
         <textarea id="p-args" value=${editing.args} onInput=${set('args')}></textarea></div>
       <${SlotEditor} title="Argument slots" idPrefix="arg-slot" slots=${editing.argSlots} onChange=${(v) => setEditing({ ...editing, argSlots: v })} />
       <${SlotEditor} title="Env slots" idPrefix="env-slot" slots=${editing.envSlots} onChange=${(v) => setEditing({ ...editing, envSlots: v })} />
+      <${ErrorBox} error=${error} />
       <button class="primary" type="submit">Save preset</button>
       <button type="button" onClick=${() => setEditing(null)}>Cancel</button>
     </form>` : html`<button type="button" onClick=${() => start(null)}>New preset</button>`}
