@@ -40,8 +40,8 @@ use utoipa_swagger_ui::SwaggerUi;
 
 pub use error::ApiError;
 
+use crate::app::Services;
 use crate::config::Settings;
-use crate::services::Services;
 
 /// The response header naming the instance that answered (its id in `instances`).
 const INSTANCE_HEADER: HeaderName = HeaderName::from_static("x-instance-id");

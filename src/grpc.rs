@@ -13,10 +13,11 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::app::Services;
 use crate::domain::{AssistantId, UserId};
 use crate::error::Error;
 use crate::security::{ApiKeyRole, bearer_token};
-use crate::services::{ModelToolCall, Principal, Services};
+use crate::services::{ModelToolCall, Principal};
 pub use status::ERROR_CODE_KEY;
 
 /// The generated messages, server and client.

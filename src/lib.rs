@@ -2,6 +2,7 @@
 //!
 //! A tour of the layers, outside in (see ARCHITECTURE.md for the invariants):
 //! - [`api`]: axum routes, auth extractors, request/response shapes, the one error mapping.
+//! - [`app`]: the aggregate of every service, built once; what `api` and `grpc` hold.
 //! - [`services`]: domain logic and rules (limits, presets, URL policy, key handling).
 //! - [`agent`]: the chat loop (LLM rounds, tool calls, prompt mode) on top of services.
 //! - [`llm`]: the LLM providers' wire formats, streaming and retries.
@@ -13,6 +14,7 @@
 mod actors;
 pub mod agent;
 pub mod api;
+pub mod app;
 pub mod cluster;
 pub mod config;
 pub mod confirm;

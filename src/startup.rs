@@ -7,10 +7,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppContext, AppState};
+use crate::app::Services;
 use crate::config::Settings;
 use crate::pool::{Pool, PoolError};
 use crate::security::{Cipher, CryptoError};
-use crate::services::Services;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
