@@ -90,17 +90,27 @@ impl RecentCalls {
     fn record_at(&self, now: i64, outcome: &'static str, took: Duration) {
         let start = now - now.rem_euclid(SLOT_SECS);
         let mut slots = self.slots.lock().expect("recent calls lock");
-        if slots.back().is_none_or(|slot| slot.start != start) {
-            slots.push_back(Slot::new(start));
-            while slots.len() > SLOTS {
-                slots.pop_front();
+        // Slots stay in time order even when a call that ended just before a slot
+        // boundary is recorded after one that ended just past it.
+        let index = match slots.iter().rposition(|slot| slot.start <= start) {
+            Some(i) if slots[i].start == start => i,
+            Some(i) => {
+                slots.insert(i + 1, Slot::new(start));
+                i + 1
             }
-        }
-        let slot = slots.back_mut().expect("pushed above");
+            None => {
+                slots.push_front(Slot::new(start));
+                0
+            }
+        };
+        let slot = &mut slots[index];
         slot.calls += 1;
         slot.latency[bucket_of(took)] += 1;
         if outcome != "ok" {
             *slot.errors.entry(outcome).or_default() += 1;
+        }
+        while slots.len() > SLOTS {
+            slots.pop_front();
         }
     }
 
@@ -153,6 +163,8 @@ mod tests {
         }
         recent.record_at(now, "MCP_TIMEOUT", Duration::from_secs(5));
         recent.record_at(now, "tool_error", Duration::from_millis(2));
+        // Recorded after newer calls (a call that ended earlier but finished recording
+        // later): it still lands in its own, older slot.
         recent.record_at(now - 60, "ok", Duration::from_millis(1));
         let window = recent.window_at(now);
         assert_eq!(window.len(), SLOTS);
