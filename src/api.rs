@@ -151,4 +151,5 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(oauth::routes())
         .merge(elicitations::routes())
         .merge(sampling::routes())
+        .merge(console::session_routes())
 }

@@ -18,6 +18,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::{CONSOLE_COOKIE, CSRF_HEADER, console_cookie};
@@ -53,7 +56,21 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-/// The console's routes, or none when it is switched off.
+/// The console's session, in the OpenAPI document (its handlers answer 404 when the
+/// console is off).
+pub fn session_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(session, sign_in, sign_out))
+}
+
+fn ensure_enabled(state: &AppState) -> Result<(), ApiError> {
+    if state.settings.console.enabled {
+        Ok(())
+    } else {
+        Err(ApiError::RouteNotFound("/console/session".into()))
+    }
+}
+
+/// The console's page and files, or none when it is switched off.
 pub fn routes(state: &AppState) -> Router<AppState> {
     if !state.settings.console.enabled {
         return Router::new();
@@ -65,10 +82,6 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         )
         .route("/console/", get(page))
         .route("/console/assets/{*file}", get(asset))
-        .route(
-            "/console/session",
-            get(session).post(sign_in).delete(sign_out),
-        )
 }
 
 fn hardened(mut response: Response) -> Response {
@@ -116,8 +129,9 @@ async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
     ))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ConsoleSession)]
 struct SessionView {
     /// Send it as `X-CSRF-Token` with every request that changes state.
     csrf_token: String,
@@ -125,9 +139,11 @@ struct SessionView {
     expires_at: DateTime<Utc>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SignIn {
+    /// An admin API key.
+    #[schema(min_length = 1, max_length = 256)]
     key: String,
 }
 
@@ -143,11 +159,16 @@ fn cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
     .expect("a sealed session is a header value")
 }
 
-/// `POST /console/session {key}`: signs in with an admin key.
+/// Signs in to the console with an admin key: sets the session cookie (HttpOnly,
+/// SameSite=Strict) and answers the token every request that changes state must send.
+#[utoipa::path(post, path = "/console/session", tag = "console", request_body = SignIn,
+    responses((status = OK, body = SessionView,
+        headers(("set-cookie" = String, description = "The session cookie")))))]
 async fn sign_in(
     State(state): State<AppState>,
     Json(body): Json<SignIn>,
 ) -> Result<Response, ApiError> {
+    ensure_enabled(&state)?;
     if body.key.trim().is_empty() {
         return Err(Error::Unauthorized("enter an admin API key".into()).into());
     }
@@ -171,8 +192,11 @@ async fn sign_in(
         .into_response())
 }
 
-/// `GET /console/session`: whether the cookie still signs in, and its CSRF token.
+/// The console session of the request's cookie, and its CSRF token; 401 without one.
+#[utoipa::path(get, path = "/console/session", tag = "console",
+    responses((status = OK, body = SessionView)))]
 async fn session(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
+    ensure_enabled(&state)?;
     let value = console_cookie(&parts)
         .ok_or_else(|| Error::Unauthorized("not signed in to the console".into()))?;
     let (_, expires_at) = state.services.keys.console_principal(value).await?;
@@ -187,8 +211,11 @@ async fn session(State(state): State<AppState>, parts: Parts) -> Result<Response
         .into_response())
 }
 
-/// `DELETE /console/session`: signs out (the cookie is cleared; needs the CSRF token).
+/// Signs out: clears the cookie (with the session's `X-CSRF-Token`).
+#[utoipa::path(delete, path = "/console/session", tag = "console",
+    responses((status = NO_CONTENT, description = "Signed out")))]
 async fn sign_out(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
+    ensure_enabled(&state)?;
     if let Some(value) = console_cookie(&parts) {
         let sent = parts
             .headers

@@ -61,6 +61,7 @@ const EXTERNAL_ID_PATTERN: &str = "^[A-Za-z0-9._:@|+=-]+$";
         (name = "presets", description = "The stdio allow-list"),
         (name = "oauth", description = "Users' OAuth authorization of remote servers"),
         (name = "admin", description = "Keys, connections, bridges and global servers (admin key)"),
+        (name = "console", description = "The operators' web console's sign-in (an admin key, then its cookie)"),
     )
 )]
 pub struct ApiDoc;

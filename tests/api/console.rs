@@ -345,40 +345,22 @@ async fn the_admin_stream_shows_connections_as_they_come_and_go() {
     app.stop().await;
 }
 
-/// User `u`, the fixture bound to a1 with `echo` auto-approved, and `n` echo calls run
-/// through a message (each one audit row).
-async fn audited_calls(app: &TestApp, n: usize) -> String {
-    let server = app.fixture_for_a1(&["echo"]).await;
-    let calls: Vec<_> = (0..n)
-        .map(|i| json!({"id": format!("e{i}"), "name": "mcp__fx__echo", "arguments": {"text": "hi"}}))
-        .collect();
-    let reply = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/messages/{}/tool-calls?wait=20", Uuid::new_v4()),
-            Some(json!({"assistantId": "a1", "calls": calls})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    server
-}
-
 #[tokio::test]
 async fn an_admins_decision_is_audited_as_theirs_and_the_log_filters_and_pages() {
     let app = spawn_pool_app().await;
-    let server = audited_calls(&app, 7).await;
+    let server = app.fixture_for_a1(&["echo"]).await;
+    app.run_echo_calls(7).await;
     // Two parked calls: one decided by the user's backend, one by an admin (support).
     let message = Uuid::new_v4().to_string();
     let parked = app
-        .user(
+        .submit_calls(
             "u",
-            Method::POST,
-            &format!("/api/messages/{message}/tool-calls"),
-            Some(json!({"assistantId": "a1", "calls": [
+            &message,
+            "",
+            json!([
                 {"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}},
                 {"id": "c2", "name": "mcp__fx__add", "arguments": {"a": 3, "b": 4}}
-            ]})),
+            ]),
         )
         .await;
     assert_eq!(parked.status, StatusCode::ACCEPTED, "{}", parked.text);
@@ -494,14 +476,14 @@ async fn a_users_overview_shows_assistants_token_names_and_open_calls_only() {
     let server = app.fixture_for_a1(&["echo"]).await;
     let token = app.gateway_token("u", "a1").await;
     let message = Uuid::new_v4().to_string();
-    app.user(
+    app.submit_calls(
         "u",
-        Method::POST,
-        &format!("/api/messages/{message}/tool-calls"),
-        Some(json!({"assistantId": "a1", "calls": [
+        &message,
+        "",
+        json!([
             {"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}},
             {"id": "c2", "name": "mcp__fx__echo", "arguments": {"text": "now"}}
-        ]})),
+        ]),
     )
     .await;
     eventually("the auto-approved call is done", || async {

@@ -12,7 +12,6 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
-use reqwest::{Method, StatusCode};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -48,30 +47,16 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
         .create_server_ok("u", json!({"name": "forms", "preset": "fixture-form"}))
         .await;
     // Two pages of audit entries: 30 auto-approved calls, run at once.
-    for _ in 0..2 {
-        let calls: Vec<_> = (0..15)
-            .map(|n| json!({"id": format!("e{n}"), "name": "mcp__fx__echo", "arguments": {"text": "hi"}}))
-            .collect();
-        let reply = app
-            .user(
-                "u",
-                Method::POST,
-                &format!("/api/messages/{}/tool-calls?wait=20", Uuid::new_v4()),
-                Some(json!({"assistantId": "a1", "calls": calls})),
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    }
+    app.run_echo_calls(15).await;
+    app.run_echo_calls(15).await;
     // One call parked for approval.
     let message = Uuid::new_v4().to_string();
     let parked = app
-        .user(
+        .submit_calls(
             "u",
-            Method::POST,
-            &format!("/api/messages/{message}/tool-calls"),
-            Some(json!({"assistantId": "a1", "calls": [
-                {"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}
-            ]})),
+            &message,
+            "",
+            json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}]),
         )
         .await;
     assert_eq!(

@@ -294,6 +294,37 @@ impl TestApp {
         server
     }
 
+    /// Submits a model's tool calls for `message` of the user's assistant `a1`; `query`
+    /// is `""` or e.g. `"?wait=20"`.
+    pub async fn submit_calls(
+        &self,
+        user: &str,
+        message: &str,
+        query: &str,
+        calls: Value,
+    ) -> Reply {
+        self.user(
+            user,
+            Method::POST,
+            &format!("/api/messages/{message}/tool-calls{query}"),
+            Some(json!({"assistantId": "a1", "calls": calls})),
+        )
+        .await
+    }
+
+    /// `n` calls of the auto-approved `echo` of [`Self::fixture_for_a1`]'s server, on a
+    /// new message of `u`, run to the end: `n` audit rows.
+    pub async fn run_echo_calls(&self, n: usize) {
+        let calls: Vec<_> = (0..n)
+            .map(|i| json!({"id": format!("e{i}"), "name": "mcp__fx__echo", "arguments": {"text": "hi"}}))
+            .collect();
+        let message = uuid::Uuid::new_v4().to_string();
+        let reply = self
+            .submit_calls("u", &message, "?wait=20", Value::from(calls))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+
     /// Approves or rejects a parked tool call of the user's message.
     pub async fn confirm(&self, user: &str, message: &str, call: &str, approved: bool) -> Reply {
         self.user(

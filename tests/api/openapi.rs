@@ -63,6 +63,8 @@ async fn the_document_lists_every_route_in_the_readme_and_nothing_else() {
     // The document itself and its page are routes, not operations in it.
     assert!(readme.remove(&("GET".into(), "/openapi.json".into())));
     assert!(readme.remove(&("GET".into(), "/docs".into())));
+    // So is the console's page.
+    assert!(readme.remove(&("GET".into(), "/console".into())));
     let undocumented: Vec<_> = readme.difference(&documented).collect();
     let unlisted: Vec<_> = documented.difference(&readme).collect();
     assert!(
@@ -79,13 +81,15 @@ async fn the_document_lists_every_route_in_the_readme_and_nothing_else() {
             "{method} {path} documents no error body"
         );
         // The OAuth callback's credential is its state; the client metadata document is
-        // fetched by authorization servers.
+        // fetched by authorization servers; the console's sign-in takes a key in its body,
+        // then its own cookie.
         let public = [
             "/healthz",
             "/readyz",
             "/metrics",
             "/oauth/callback",
             "/oauth/client-metadata.json",
+            "/console/session",
         ]
         .contains(&path.as_str());
         assert_eq!(

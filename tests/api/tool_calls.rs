@@ -23,13 +23,7 @@ async fn submit(
     query: &str,
     calls: Value,
 ) -> crate::helpers::Reply {
-    app.user(
-        user,
-        Method::POST,
-        &format!("/api/messages/{message}/tool-calls{query}"),
-        Some(json!({"assistantId": "a1", "calls": calls})),
-    )
-    .await
+    app.submit_calls(user, message, query, calls).await
 }
 
 /// Parks one call `c1` (`add` is not auto-approved) on the message.

@@ -119,7 +119,14 @@ const live = {
       });
     }
     source.onopen = () => this.setStatus('live');
-    source.onerror = () => this.setStatus('reconnecting');
+    source.onerror = () => {
+      this.setStatus('reconnecting');
+      // A stream refused because the session ended (expired, key revoked) signs out
+      // rather than retrying forever.
+      api('GET', '/console/session').catch((failure) => {
+        if (failure.status === 401) onSignedOut();
+      });
+    };
   },
   stop() {
     if (this.source) this.source.close();
