@@ -82,6 +82,22 @@ enum Scenario {
         #[arg(long, value_delimiter = ',', default_values_t = vec![1, 16])]
         concurrency: Vec<usize>,
     },
+    /// The gateway beside mcp-proxy and the REST route beside mcpo (both from PyPI, in a
+    /// venv this creates), on the same stdio upstream, interleaved rounds.
+    Peers {
+        /// Calls per cell (path × concurrency × round).
+        #[arg(long, default_value_t = 3000)]
+        calls: usize,
+        /// Concurrent callers, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![1, 16, 64])]
+        concurrency: Vec<usize>,
+        /// Rounds; each cell reports the median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where the peers' venv is created (once) and kept.
+        #[arg(long, default_value = "target/loadtest-peers")]
+        venv: std::path::PathBuf,
+    },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
         #[arg(long, default_value_t = 60)]
@@ -132,6 +148,12 @@ async fn main() -> Result<()> {
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }
+        Scenario::Peers {
+            calls,
+            concurrency,
+            rounds,
+            venv,
+        } => scenarios::peers::run(calls, concurrency, rounds, venv, cli.json).await,
         Scenario::Soak {
             seconds,
             users,

@@ -6,4 +6,5 @@ pub mod call_overhead;
 pub mod chat;
 pub mod cluster;
 pub mod confirmations;
+pub mod peers;
 pub mod soak;

@@ -383,7 +383,9 @@ function Connections() {
 
 function Users({ user }) {
   const [query, setQuery] = useState(user || '');
-  useEffect(() => setQuery(user || ''), [user]);
+  // Follows the address when it names a user; never clears what is being typed (an
+  // effect that reset the field on mount could undo the first keystrokes).
+  useEffect(() => { if (user) setQuery(user); }, [user]);
   const submit = (e) => {
     e.preventDefault();
     if (query.trim()) location.hash = `#/users/${enc(query.trim())}`;

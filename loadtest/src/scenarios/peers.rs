@@ -1,0 +1,321 @@
+//! `peers`: mcp-pool beside the peers a new user would try on the same upstream (the
+//! fixture's `echo` over stdio), measured in one run, interleaved:
+//! - the gateway (`/mcp/assistants/{id}`) vs mcp-proxy 0.13.0 (an MCP gateway in Python),
+//!   both through an rmcp client that keeps its connections and its MCP session;
+//! - the REST call route vs mcpo (MCP → REST in Python), both through a kept-alive
+//!   reqwest client.
+//!
+//! The peers come from PyPI into a venv this scenario creates once
+//! (`target/loadtest-peers` by default). mcp-pool runs as its own process
+//! (`mcp-pool serve`), like the peers.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+use crate::harness::{Service, Summary, fixture_binary, measure};
+
+const USER: &str = "bench";
+
+/// What PyPI gives the venv: the peers, pinned as measured (mcpo needs `mcp<2` and a
+/// FastAPI before 0.130).
+const PEER_PACKAGES: [&str; 4] = [
+    "mcp-proxy==0.13.0",
+    "mcpo==0.0.20",
+    "mcp<2",
+    "fastapi<0.130",
+];
+
+/// A peer's process; its whole process group goes when dropped (they spawn the fixture).
+struct Peer {
+    child: tokio::process::Child,
+    base: String,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // The group leader's pid is the group id (`process_group(0)` below).
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &format!("-{pid}")])
+                .status();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Creates the venv with the peers unless it has them already.
+async fn ensure_venv(venv: &Path) -> Result<()> {
+    if venv.join("bin/mcp-proxy").exists() && venv.join("bin/mcpo").exists() {
+        return Ok(());
+    }
+    eprintln!(
+        "peers: installing {} into {}",
+        PEER_PACKAGES.join(" "),
+        venv.display()
+    );
+    let status = tokio::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .await?;
+    anyhow::ensure!(status.success(), "python3 -m venv failed");
+    let status = tokio::process::Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(PEER_PACKAGES)
+        .status()
+        .await?;
+    anyhow::ensure!(status.success(), "pip install of the peers failed");
+    Ok(())
+}
+
+/// Starts `program args…` in its own process group and waits until `probe` answers.
+async fn start_peer(
+    program: PathBuf,
+    args: Vec<String>,
+    base: String,
+    probe: &str,
+) -> Result<Peer> {
+    let child = tokio::process::Command::new(&program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let peer = Peer { child, base };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = client.get(format!("{}{probe}", peer.base)).send().await
+            && response.status().as_u16() < 500
+        {
+            return Ok(peer);
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not start listening", program.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An rmcp client with one MCP session over kept-alive connections.
+async fn mcp_client(
+    url: String,
+    token: Option<&str>,
+) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    Ok(()
+        .serve(StreamableHttpClientTransport::with_client(
+            reqwest::Client::new(),
+            config,
+        ))
+        .await?)
+}
+
+fn echo(name: &str) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = json!({"text": "hello"}).as_object().cloned();
+    params
+}
+
+/// The four paths, in the order each round runs them.
+const PATHS: [&str; 4] = ["gateway", "mcp-proxy", "rest", "mcpo"];
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+pub async fn run(
+    calls: usize,
+    levels: Vec<usize>,
+    rounds: usize,
+    venv: PathBuf,
+    as_json: bool,
+) -> Result<()> {
+    ensure_venv(&venv).await?;
+    let fixture = fixture_binary()?.display().to_string();
+    let service = Arc::new(Service::start_external().await?);
+    service.add_fixture_preset().await?;
+    let server = service
+        .create_server(
+            USER,
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
+        )
+        .await?;
+    let gateway = Arc::new(service.gateway_client(USER, "peers", &server).await?);
+    let rest_path = Arc::new(format!("/api/mcp-servers/{server}/tools/echo/call"));
+
+    let proxy_port = free_port()?;
+    let proxy = start_peer(
+        venv.join("bin/mcp-proxy"),
+        vec![
+            "--port".into(),
+            proxy_port.to_string(),
+            "--host".into(),
+            "127.0.0.1".into(),
+            "--log-level".into(),
+            "WARNING".into(),
+            fixture.clone(),
+            "stdio".into(),
+        ],
+        format!("http://127.0.0.1:{proxy_port}"),
+        "/status",
+    )
+    .await?;
+    let proxy_client = Arc::new(mcp_client(format!("{}/mcp", proxy.base), None).await?);
+    let mcpo_port = free_port()?;
+    let mcpo = start_peer(
+        venv.join("bin/mcpo"),
+        vec![
+            "--host".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            mcpo_port.to_string(),
+            "--log-level".into(),
+            "WARNING".into(),
+            "--".into(),
+            fixture,
+            "stdio".into(),
+        ],
+        format!("http://127.0.0.1:{mcpo_port}"),
+        "/openapi.json",
+    )
+    .await?;
+    let mcpo_url = Arc::new(format!("{}/echo", mcpo.base));
+    let http = reqwest::Client::new();
+
+    // results[level][path] = one summary per round.
+    let mut results: Vec<Vec<Vec<Summary>>> = vec![vec![Vec::new(); PATHS.len()]; levels.len()];
+    for _round in 0..rounds {
+        for (level_index, &concurrency) in levels.iter().enumerate() {
+            for (path_index, path) in PATHS.iter().enumerate() {
+                let summary = match *path {
+                    "gateway" | "mcp-proxy" => {
+                        let (peer, name) = if *path == "gateway" {
+                            (gateway.clone(), "fx.echo")
+                        } else {
+                            (proxy_client.clone(), "echo")
+                        };
+                        let params = Arc::new(echo(name));
+                        measure(calls, concurrency, move || {
+                            let (peer, params) = (peer.clone(), params.clone());
+                            async move {
+                                let result = peer.call_tool((*params).clone()).await?;
+                                anyhow::ensure!(result.is_error != Some(true), "the call failed");
+                                Ok(())
+                            }
+                        })
+                        .await?
+                    }
+                    "rest" => {
+                        let (svc, route) = (service.clone(), rest_path.clone());
+                        measure(calls, concurrency, move || {
+                            let (svc, route) = (svc.clone(), route.clone());
+                            async move {
+                                svc.post(&route, USER, json!({"arguments": {"text": "hello"}}))
+                                    .await?;
+                                Ok(())
+                            }
+                        })
+                        .await?
+                    }
+                    _ => {
+                        let (client, url) = (http.clone(), mcpo_url.clone());
+                        measure(calls, concurrency, move || {
+                            let (client, url) = (client.clone(), url.clone());
+                            async move {
+                                client
+                                    .post(url.as_str())
+                                    .json(&json!({"text": "hello"}))
+                                    .send()
+                                    .await?
+                                    .error_for_status()?;
+                                Ok(())
+                            }
+                        })
+                        .await?
+                    }
+                };
+                results[level_index][path_index].push(summary);
+            }
+        }
+    }
+    drop(proxy_client);
+    drop(proxy);
+    drop(mcpo);
+    service.stop().await?;
+
+    // Medians over the rounds, per level and path.
+    let mut rows = Vec::new();
+    for (level_index, &concurrency) in levels.iter().enumerate() {
+        let cell = |path: usize| {
+            let runs = &results[level_index][path];
+            let mut throughput: Vec<f64> = runs.iter().map(|s| s.throughput).collect();
+            let mut p50: Vec<f64> = runs.iter().map(|s| s.p50).collect();
+            let mut p99: Vec<f64> = runs.iter().map(|s| s.p99).collect();
+            (median(&mut throughput), median(&mut p50), median(&mut p99))
+        };
+        let cells: Vec<(f64, f64, f64)> = (0..PATHS.len()).map(cell).collect();
+        rows.push((concurrency, cells));
+    }
+    if as_json {
+        let json: Vec<Value> = rows
+            .iter()
+            .map(|(concurrency, cells)| {
+                let mut row = json!({"concurrency": concurrency});
+                for (path, (throughput, p50, p99)) in PATHS.iter().zip(cells) {
+                    row[*path] = json!({"calls_per_s": throughput, "p50_us": p50, "p99_us": p99});
+                }
+                row["gateway_over_mcp_proxy"] = json!(cells[0].0 / cells[1].0);
+                row["rest_over_mcpo"] = json!(cells[2].0 / cells[3].0);
+                row["gateway_over_rest"] = json!(cells[0].0 / cells[2].0);
+                row
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    println!(
+        "peers: {calls} calls per cell, median of {rounds} interleaved rounds; fixture `echo` \
+         over stdio behind each; calls/s and p50/p99 in µs"
+    );
+    println!(
+        "{:>4} | {:>18} | {:>18} | {:>18} | {:>18} | {:>9} {:>9} {:>9}",
+        "conc", "gateway", "mcp-proxy", "REST", "mcpo", "gw/proxy", "rest/mcpo", "gw/rest"
+    );
+    for (concurrency, cells) in &rows {
+        let cell = |c: &(f64, f64, f64)| format!("{:>6.0} {:>5.0} {:>5.0}", c.0, c.1, c.2);
+        println!(
+            "{:>4} | {:>18} | {:>18} | {:>18} | {:>18} | {:>8.2}× {:>8.2}× {:>8.2}×",
+            concurrency,
+            cell(&cells[0]),
+            cell(&cells[1]),
+            cell(&cells[2]),
+            cell(&cells[3]),
+            cells[0].0 / cells[1].0,
+            cells[2].0 / cells[3].0,
+            cells[0].0 / cells[2].0,
+        );
+    }
+    Ok(())
+}
