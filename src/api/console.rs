@@ -23,7 +23,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::auth::{CONSOLE_COOKIE, CSRF_HEADER, console_cookie};
+use super::auth::{CONSOLE_COOKIE, CSRF_HEADER, carries_csrf_token, console_cookie};
 use super::error::ApiError;
 use super::extract::{Json, Path};
 use crate::error::Error;
@@ -216,15 +216,10 @@ async fn session(State(state): State<AppState>, parts: Parts) -> Result<Response
     responses((status = NO_CONTENT, description = "Signed out")))]
 async fn sign_out(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
     ensure_enabled(&state)?;
-    if let Some(value) = console_cookie(&parts) {
-        let sent = parts
-            .headers
-            .get(CSRF_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        if sent != console_csrf(value) {
-            return Err(ApiError::CsrfTokenInvalid);
-        }
+    if let Some(value) = console_cookie(&parts)
+        && !carries_csrf_token(&parts, value)
+    {
+        return Err(ApiError::CsrfTokenInvalid);
     }
     Ok((
         StatusCode::NO_CONTENT,

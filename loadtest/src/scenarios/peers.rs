@@ -42,11 +42,12 @@ struct Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            // The group leader's pid is the group id (`process_group(0)` below).
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &format!("-{pid}")])
-                .status();
+        // The group leader's pid is the group id (`process_group(0)` below).
+        if let Some(pid) = self.child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
     }
 }
