@@ -286,7 +286,10 @@ test('the audit log pages and filters', async () => {
   await page.getByLabel('Outcome').selectOption('approved');
   await page.getByRole('button', { name: 'Apply' }).click();
   await pageLabel.filter({ hasText: /· 1 entries/ }).waitFor();
-  await page.getByRole('table', { name: 'Audit entries' }).getByText('approved', { exact: true }).waitFor();
+  const entries = page.getByRole('table', { name: 'Audit entries' });
+  await entries.getByText('approved', { exact: true }).waitFor();
+  // The deciding key by its name.
+  await entries.getByText('admin key “bootstrap admin', { exact: false }).waitFor();
 });
 
 test('on a phone in dark mode the console still works', async () => {

@@ -500,6 +500,10 @@ function Audit() {
   const [page, setPage] = useState(0);
   const [result, setResult] = useState(null);
   const [error, setError] = useState(null);
+  const [keyNames, setKeyNames] = useState(new Map());
+  useEffect(() => {
+    api('GET', '/admin/keys').then((body) => setKeyNames(new Map(body.keys.map((k) => [k.id, k.name]))), () => {});
+  }, []);
   useEffect(() => {
     const params = new URLSearchParams();
     for (const [k, v] of Object.entries(filter)) {
@@ -542,7 +546,8 @@ function Audit() {
           <td>${when(e.createdAt)}</td><td>${e.userId}</td>
           <td>${e.serverName}</td><td>${e.toolName}</td><td>${e.outcome}</td>
           <td>${e.errorCode || '—'}</td><td>${e.latencyMs == null ? '—' : `${e.latencyMs} ms`}</td>
-          <td class="hide-narrow mono">${e.decidedBy ? `admin key ${e.decidedBy}` : '—'}</td>
+          <td class="hide-narrow">${e.decidedBy ? (keyNames.has(e.decidedBy)
+            ? html`admin key “${keyNames.get(e.decidedBy)}”` : html`admin key <code>${e.decidedBy}</code>`) : '—'}</td>
         </tr>`)}</tbody></table></div>` : null}`;
 }
 
@@ -1009,12 +1014,19 @@ function Settings() {
     <${Presets} />
     <${Keys} />
     <${JsonPanel} title="Global servers file" path="/admin/global-servers"
-      render=${(data) => html`<pre>${JSON.stringify(data, null, 2)}</pre>`} />
+      render=${(data) => html`
+        <p>${data.file ? html`<code>${data.file}</code>, loaded ${when(data.loadedAt)}` : 'No global servers file is configured.'}</p>
+        ${data.lastError ? html`<div class="alert error" role="alert">The newest content was refused (the previous set is in use): ${data.lastError}</div>` : null}
+        ${data.servers.length ? html`<div class="table-wrap"><table aria-label="Global servers">
+          <thead><tr><th>Name</th><th>Type</th><th>Id</th></tr></thead>
+          <tbody>${data.servers.map((g) => html`<tr><td>${g.name}</td><td>${g.type}</td><td class="mono">${g.id}</td></tr>`)}</tbody>
+        </table></div>` : null}`} />
     <${JsonPanel} title="Xiaozhi bridges" path="/admin/xiaozhi"
       render=${(data) => (data.bridges.length ? html`<div class="table-wrap"><table aria-label="Xiaozhi bridges">
-        <thead><tr><th>User</th><th>Assistant</th><th>State</th><th>Details</th></tr></thead>
+        <thead><tr><th>User</th><th>Assistant</th><th>State</th><th>Endpoint</th><th>Connections</th><th>Last error</th></tr></thead>
         <tbody>${data.bridges.map((b) => html`<tr><td>${b.userId}</td><td>${b.assistantId}</td>
-          <td>${b.state || b.status || '—'}</td><td><pre>${JSON.stringify(b, null, 2)}</pre></td></tr>`)}</tbody>
+          <td>${b.state}${b.nextAttemptInMs != null ? ` (next try in ${Math.round(b.nextAttemptInMs / 1000)} s)` : ''}</td>
+          <td class="mono">${b.endpoint}</td><td>${b.connections}</td><td>${b.lastError || '—'}</td></tr>`)}</tbody>
       </table></div>` : html`<p class="muted">No bridges run on this instance.</p>`)} />
     <${JsonPanel} title="Cluster instances" path="/admin/instances"
       render=${(data) => html`<div class="table-wrap"><table aria-label="Instances">
