@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::app::Services;
 use crate::domain::{AssistantId, UserId};
 use crate::error::Error;
-use crate::security::{ApiKeyRole, bearer_token};
+use crate::security::bearer_token;
 use crate::services::{ModelToolCall, Principal};
 pub use status::ERROR_CODE_KEY;
 
@@ -280,7 +280,6 @@ impl McpPool for GrpcApi {
     ) -> Result<Response<proto::ConfirmResponse>, Status> {
         let (user, principal) = self.caller(&request).await?;
         let confirm = request.into_inner();
-        let admin = (principal.role == ApiKeyRole::Admin).then_some(principal.key_id);
         let decided = self
             .services
             .tool_calls
@@ -289,7 +288,7 @@ impl McpPool for GrpcApi {
                 &confirm.message_id,
                 &confirm.tool_call_id,
                 confirm.approved,
-                admin,
+                principal.admin_key(),
             )
             .await
             .map_err(|e| status::from_error(&e))?;

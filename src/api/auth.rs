@@ -25,13 +25,6 @@ pub struct UserContext {
     pub principal: Principal,
 }
 
-impl UserContext {
-    /// The admin key acting for the user, if an admin key made the request.
-    pub fn admin_key(&self) -> Option<uuid::Uuid> {
-        (self.principal.role == ApiKeyRole::Admin).then_some(self.principal.key_id)
-    }
-}
-
 /// A request made with an admin key.
 #[derive(Debug, Clone)]
 pub struct AdminContext;
@@ -115,14 +108,13 @@ pub(super) fn carries_csrf_token(parts: &Parts, cookie: &str) -> bool {
 }
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
-    let principal = match (
-        parts.headers.contains_key(AUTHORIZATION),
-        console_cookie(parts),
-    ) {
-        (false, Some(cookie)) if state.settings.console.enabled => {
-            console_principal(parts, state, cookie).await?
-        }
-        _ => state.services.keys.authenticate(bearer(parts)?).await?,
+    // A bearer key wins; the console's cookie counts only without one.
+    let cookie = (state.settings.console.enabled && !parts.headers.contains_key(AUTHORIZATION))
+        .then(|| console_cookie(parts))
+        .flatten();
+    let principal = match cookie {
+        Some(cookie) => console_principal(parts, state, cookie).await?,
+        None => state.services.keys.authenticate(bearer(parts)?).await?,
     };
     // Logs say which key made each request; the key itself is never logged.
     tracing::Span::current().record("key_id", tracing::field::display(principal.key_id));

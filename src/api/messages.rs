@@ -117,7 +117,7 @@ async fn confirm(
             &id,
             &request.tool_call_id,
             request.approved,
-            ctx.admin_key(),
+            ctx.principal.admin_key(),
         )
         .await?;
     Ok(JsonResponse(json!({"messageId": id, "toolCall": record})))

@@ -14,6 +14,7 @@ use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::task::AbortOnDropHandle;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -144,8 +145,8 @@ async fn call_tool(
     }
     let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
     // The call runs in its own task so progress can be sent while it runs; a client that
-    // goes away drops the stream, and with it the call (its future is aborted below).
-    let call = tokio::spawn(async move {
+    // goes away drops the stream, whose last part holds the task's handle: it is aborted.
+    let call = AbortOnDropHandle::new(tokio::spawn(async move {
         let caller = Caller {
             live: Some(&progress_tx),
             ..Caller::default()
@@ -155,12 +156,11 @@ async fn call_tool(
             .upstream
             .call_tool_reporting(&ctx.user, &id, &tool, body.arguments, caller)
             .await
-    });
-    let abort = call.abort_handle();
+    }));
     let progress = UnboundedReceiverStream::new(progress_rx).map(|p| {
-        Event::default().event("progress").data(
-            json!({"progress": p.progress, "total": p.total, "message": p.message}).to_string(),
-        )
+        Event::default()
+            .event("progress")
+            .data(progress_json(&p).to_string())
     });
     let end = futures::stream::once(async move {
         match call.await {
@@ -171,21 +171,13 @@ async fn call_tool(
             Err(_) => error_event(ApiError::Panic).await,
         }
     });
-    let guard = AbortOnDrop(abort);
-    let events = progress.chain(end).map(move |event| {
-        let _ = &guard;
-        Ok::<_, Infallible>(event)
-    });
+    let events = progress.chain(end).map(Ok::<_, Infallible>);
     Ok(Sse::new(events).into_response())
 }
 
-/// Aborts the call's task when the stream is dropped (the client went away).
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// A progress notification as the answer shows it.
+fn progress_json(p: &crate::mcp::Progress) -> Value {
+    json!({"progress": p.progress, "total": p.total, "message": p.message})
 }
 
 /// The error as the JSON answer would carry it (`{"error":{"code","message",…}}`).
@@ -206,16 +198,7 @@ fn call_body(report: &ToolCallReport) -> Value {
         map.insert("isError".into(), Value::Bool(is_error));
         map.insert(
             "progress".into(),
-            Value::Array(
-                report
-                    .outcome
-                    .progress
-                    .iter()
-                    .map(
-                        |p| json!({"progress": p.progress, "total": p.total, "message": p.message}),
-                    )
-                    .collect(),
-            ),
+            Value::Array(report.outcome.progress.iter().map(progress_json).collect()),
         );
         map.insert("latencyMs".into(), json!(millis(report.latency)));
     }

@@ -19,6 +19,14 @@ pub struct Principal {
     pub role: ApiKeyRole,
 }
 
+impl Principal {
+    /// The key's id when it is an admin's: what acts for a user on their behalf and is
+    /// audit-logged as such.
+    pub fn admin_key(&self) -> Option<Uuid> {
+        (self.role == ApiKeyRole::Admin).then_some(self.key_id)
+    }
+}
+
 /// A console sign-in: an admin key sealed into a cookie, so any instance sharing the
 /// cipher key can check it and a revoked key stops working at once.
 #[derive(Debug, Clone)]
