@@ -4,7 +4,9 @@
 //! `pool.tool_cache_ttl_secs`, dropped on `notifications/*/list_changed`, on a server
 //! change and on an explicit refresh. Tool input schemas are compiled once per fill.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use moka::future::Cache;
@@ -67,8 +69,85 @@ pub struct ResourceCatalog {
     pub templates: Vec<ResourceTemplate>,
 }
 
+/// Equal tool lists share one [`ToolCatalog`]. Every user of a preset or global server
+/// gets the same list from it, and a copy per connection was the largest part of an idle
+/// actor that we own (~20 KiB for the fixture's tools, measured with heaptrack under
+/// `loadtest actors`; real servers' schemas are larger). Sharing also compiles a tool's
+/// schema once for all its users. Only weak references are kept here: a catalog lives as
+/// long as some connection's cache entry holds it.
+#[derive(Default)]
+struct SharedToolCatalogs {
+    by_digest: Mutex<SharedIndex>,
+}
+
+#[derive(Default)]
+struct SharedIndex {
+    catalogs: HashMap<u64, Vec<Weak<ToolCatalog>>>,
+    /// The index is swept of dead entries when it grows past this.
+    sweep_at: usize,
+}
+
+/// Feeds serialized JSON into a hasher without building the string.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedToolCatalogs {
+    /// The live catalog equal to `tools`, or a new one.
+    fn intern(&self, tools: Vec<Tool>) -> Arc<ToolCatalog> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        if serde_json::to_writer(HashWriter(&mut hasher), &tools).is_err() {
+            // Not serializable (it came from JSON, so this does not happen): keep it apart.
+            return Arc::new(ToolCatalog::new(tools));
+        }
+        tools.len().hash(&mut hasher);
+        let digest = hasher.finish();
+        let mut index = self.by_digest.lock().expect("catalog index lock");
+        let bucket = index.catalogs.entry(digest).or_default();
+        bucket.retain(|catalog| catalog.strong_count() > 0);
+        if let Some(shared) = bucket
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|catalog| catalog.tools == tools)
+        {
+            return shared;
+        }
+        let catalog = Arc::new(ToolCatalog::new(tools));
+        bucket.push(Arc::downgrade(&catalog));
+        if index.catalogs.len() > index.sweep_at {
+            index.catalogs.retain(|_, bucket| {
+                bucket.retain(|catalog| catalog.strong_count() > 0);
+                !bucket.is_empty()
+            });
+            index.sweep_at = (index.catalogs.len() * 2).max(64);
+        }
+        catalog
+    }
+
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        let index = self.by_digest.lock().expect("catalog index lock");
+        index
+            .catalogs
+            .values()
+            .flatten()
+            .filter(|catalog| catalog.strong_count() > 0)
+            .count()
+    }
+}
+
 pub struct Catalogs {
     tools: Cache<ConnectionKey, Arc<ToolCatalog>>,
+    shared_tools: SharedToolCatalogs,
     resources: Cache<ConnectionKey, Arc<ResourceCatalog>>,
     prompts: Cache<ConnectionKey, Arc<Vec<Prompt>>>,
     /// Connections whose lists were dropped (list_changed, a config change, a refresh):
@@ -97,6 +176,7 @@ impl Catalogs {
                 .time_to_live(ttl)
                 .max_capacity(100_000)
                 .build(),
+            shared_tools: SharedToolCatalogs::default(),
             resources: Cache::builder()
                 .time_to_live(ttl)
                 .max_capacity(100_000)
@@ -151,7 +231,7 @@ impl Catalogs {
         let timeout = lease.runtime.call_timeout;
         self.cached(&self.tools, "tools", lease, async {
             let tools = lease.client.list_tools(timeout).await?;
-            Ok(Arc::new(ToolCatalog::new(tools)))
+            Ok(self.shared_tools.intern(tools))
         })
         .await
     }
@@ -251,5 +331,37 @@ mod tests {
         assert!(problems.iter().any(|p| p.contains("/a")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("\"b\"")), "{problems:?}");
         assert!(catalog.validate("unknown", &json!({})).is_ok());
+    }
+
+    #[test]
+    fn equal_tool_lists_share_one_catalog_and_dropped_ones_are_forgotten() {
+        let shared = SharedToolCatalogs::default();
+        let list = || {
+            vec![
+                tool(
+                    "add",
+                    json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+                ),
+                tool("echo", json!({"type": "object"})),
+            ]
+        };
+        let first = shared.intern(list());
+        let second = shared.intern(list());
+        assert!(Arc::ptr_eq(&first, &second), "equal lists are one catalog");
+        // A list that differs anywhere (here a schema) is its own catalog.
+        let mut changed = list();
+        changed[1] = tool("echo", json!({"type": "object", "required": ["text"]}));
+        let other = shared.intern(changed);
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(other.tools[1].input_schema["required"], json!(["text"]));
+        assert_eq!(shared.live(), 2);
+        // Validation works on the shared catalog for every holder.
+        assert!(second.validate("add", &json!({"a": "x"})).is_err());
+        assert!(first.validate("add", &json!({"a": 1})).is_ok());
+        drop((first, second, other));
+        assert_eq!(shared.live(), 0);
+        let fresh = shared.intern(list());
+        assert_eq!(fresh.tools.len(), 2);
+        assert_eq!(shared.live(), 1);
     }
 }
