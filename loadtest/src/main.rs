@@ -57,12 +57,16 @@ enum Scenario {
         /// Calls parked at once.
         #[arg(long, default_value_t = 100_000)]
         parked: usize,
-        /// How many of them are then approved one by one, timing each approval.
+        /// How many of them are then approved at each concurrency level, timing each
+        /// approval and the call's arrival at the upstream.
         #[arg(long, default_value_t = 2000)]
         approve: usize,
         /// Calls per message (a message's records are stored together).
         #[arg(long, default_value_t = 64)]
         per_message: usize,
+        /// Approvers at once, one level after the other.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        concurrency: Vec<usize>,
     },
     /// Two instances on one PostgreSQL database: approvals on the instance holding the
     /// parked call and on the other one (forwarded).
@@ -140,7 +144,11 @@ async fn main() -> Result<()> {
             parked,
             approve,
             per_message,
-        } => scenarios::confirmations::run(parked, approve, per_message, cli.json).await,
+            concurrency,
+        } => {
+            scenarios::confirmations::run(parked, approve, per_message, &concurrency, cli.json)
+                .await
+        }
         Scenario::Cluster {
             database_url,
             approve,

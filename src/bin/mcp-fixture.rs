@@ -39,7 +39,9 @@
 //! `extra` and sends tools/list_changed), `announce` (resources and prompts
 //! list_changed), `log` (a log message), `progress` (progress notifications), `env` (reads
 //! an environment variable), `pid`; with `stdio --form-tool` also `form` (every kind of
-//! input field; answers its arguments). Resources `fixture://greeting` and
+//! input field; answers its arguments); with `stdio --clock-tool` also `clock` (the
+//! monotonic clock when the call arrived, in ns: the load tool times approve → upstream
+//! with it, the clock being shared by all processes). Resources `fixture://greeting` and
 //! `fixture://cancellations` (requests cancelled by the client so far); one prompt `greet`.
 
 // Logging is deprecated in 2026-07-28 but is what 2025-11-25 clients take.
@@ -82,6 +84,8 @@ struct Fixture {
     /// `stdio --form-tool`: lists `form`, whose input schema has every kind of field a
     /// generated form must handle (the console's tests); it answers its arguments.
     form_tool: bool,
+    /// `stdio --clock-tool`: lists `clock`.
+    clock_tool: bool,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -193,6 +197,13 @@ impl Fixture {
             tools.push(Tool::new(
                 "admin_tool",
                 "Needs the write scope in the OAuth mode",
+                schema(json!({"type": "object"})),
+            ));
+        }
+        if self.clock_tool {
+            tools.push(Tool::new(
+                "clock",
+                "CLOCK_MONOTONIC in ns when the call arrived",
                 schema(json!({"type": "object"})),
             ));
         }
@@ -383,6 +394,12 @@ impl ServerHandler for Fixture {
             "form" if self.form_tool => Ok(text(
                 Value::Object(request.arguments.clone().unwrap_or_default()).to_string(),
             )),
+            "clock" if self.clock_tool => {
+                let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                let nanos = now.tv_sec() as i128 * 1_000_000_000 + now.tv_nsec() as i128;
+                Ok(text(nanos.to_string()))
+            }
             "admin_tool" if self.admin_tool => Ok(text("admin")),
             "extra" if self.extra_tool.load(Ordering::SeqCst) => Ok(text("extra")),
             other => Err(McpError::invalid_params(
@@ -657,7 +674,8 @@ async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("stdio") => match (Fixture {
-            form_tool: args.get(1).is_some_and(|flag| flag == "--form-tool"),
+            form_tool: args[1..].iter().any(|flag| flag == "--form-tool"),
+            clock_tool: args[1..].iter().any(|flag| flag == "--clock-tool"),
             ..Fixture::default()
         })
         .serve(rmcp::transport::stdio())
@@ -727,7 +745,7 @@ async fn main() -> std::process::ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio [--form-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
+                "usage: mcp-fixture stdio [--form-tool] [--clock-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

@@ -1,18 +1,134 @@
-//! `confirmations`: N parked tool calls (RSS per call), then approvals timed one by one.
+//! `confirmations`: N parked tool calls (RSS per call), then approvals at each concurrency
+//! level: the HTTP round trip of each approval, and approve → the call's arrival at the
+//! upstream. The parked calls are the fixture's `clock` tool, which answers the monotonic
+//! clock (shared by every process) when the call reached it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
-use crate::harness::{Service, mib, rss_bytes, summarize};
+use crate::harness::{Service, Summary, fixture_binary, mib, rss_bytes, summarize};
 
-pub async fn run(parked: usize, approve: usize, per_message: usize, as_json: bool) -> Result<()> {
+/// CLOCK_MONOTONIC in ns, as the fixture's `clock` tool reads it.
+fn monotonic_ns() -> i128 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is readable");
+    now.tv_sec() as i128 * 1_000_000_000 + now.tv_nsec() as i128
+}
+
+/// The first string in a stored tool response that reads as a number: the clock reading.
+fn arrival_ns(response: &Value) -> Option<i128> {
+    match response {
+        Value::String(text) => text.trim().parse().ok(),
+        Value::Array(items) => items.iter().find_map(arrival_ns),
+        Value::Object(fields) => fields.values().find_map(arrival_ns),
+        _ => None,
+    }
+}
+
+/// One level's figures: approval round trips and approve → upstream arrival.
+struct Level {
+    concurrency: usize,
+    round_trip: Summary,
+    to_upstream: Summary,
+}
+
+/// Approves calls `first..first + count` with `concurrency` approvers; each approval's
+/// round trip, and the time from sending it to its call reaching the upstream.
+async fn approve_level(
+    service: &Arc<Service>,
+    messages: &Arc<Vec<String>>,
+    first: usize,
+    count: usize,
+    concurrency: usize,
+) -> Result<Level> {
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..concurrency.max(1) {
+        let (service, messages) = (service.clone(), messages.clone());
+        workers.push(tokio::spawn(async move {
+            let mut timed = Vec::new();
+            for n in (first + worker..first + count).step_by(concurrency.max(1)) {
+                let message = &messages[n % messages.len()];
+                let call = format!("c{}", n / messages.len());
+                let sent = monotonic_ns();
+                let begun = Instant::now();
+                service
+                    .post(
+                        &format!("/api/messages/{message}/tool-confirm"),
+                        "bench",
+                        json!({"toolCallId": call, "approved": true}),
+                    )
+                    .await?;
+                timed.push((n, sent, begun.elapsed()));
+            }
+            Ok::<_, anyhow::Error>(timed)
+        }));
+    }
+    let mut timed = Vec::with_capacity(count);
+    for worker in workers {
+        timed.extend(worker.await??);
+    }
+    let wall = started.elapsed();
+    // Read back where each approved call arrived, once every one has run.
+    let mut to_upstream = Vec::with_capacity(count);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stored: std::collections::HashMap<String, Value> = Default::default();
+    for &(n, sent, _) in &timed {
+        let message = &messages[n % messages.len()];
+        let call = format!("c{}", n / messages.len());
+        let arrived = loop {
+            if !stored.contains_key(message) {
+                let fetched = service
+                    .get(&format!("/api/messages/{message}"), "bench")
+                    .await?;
+                stored.insert(message.clone(), fetched);
+            }
+            let record = stored[message]["toolCalls"]
+                .as_array()
+                .and_then(|calls| calls.iter().find(|c| c["id"] == call.as_str()))
+                .cloned()
+                .unwrap_or(Value::Null);
+            if let Some(arrived) = arrival_ns(&record["response"]) {
+                break arrived;
+            }
+            if Instant::now() > deadline {
+                bail!("call {call} of {message} has not run: {record}");
+            }
+            stored.remove(message);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        to_upstream.push(Duration::from_nanos((arrived - sent).max(0) as u64));
+    }
+    Ok(Level {
+        concurrency,
+        round_trip: summarize(timed.into_iter().map(|(_, _, took)| took).collect(), wall),
+        to_upstream: summarize(to_upstream, wall),
+    })
+}
+
+pub async fn run(
+    parked: usize,
+    approve: usize,
+    per_message: usize,
+    concurrency: &[usize],
+    as_json: bool,
+) -> Result<()> {
+    if approve * concurrency.len() > parked {
+        bail!("--parked must be at least --approve × the number of concurrency levels");
+    }
     let service = Arc::new(Service::start().await?);
-    service.add_fixture_preset().await?;
+    service
+        .post(
+            "/admin/presets",
+            "admin",
+            json!({"name": "clock", "command": fixture_binary()?, "args": ["stdio", "--clock-tool"]}),
+        )
+        .await?;
     let server = service
-        .create_server("bench", json!({"name": "fx", "preset": "fixture"}))
+        .create_server("bench", json!({"name": "fx", "preset": "clock"}))
         .await?;
     service.bind("bench", "a1", &[&server]).await?;
     // Warm the connection and tool list so parking measures parking.
@@ -38,7 +154,7 @@ pub async fn run(parked: usize, approve: usize, per_message: usize, as_json: boo
             for (index, message) in messages.iter().enumerate().skip(worker).step_by(16) {
                 let count = per_message.min(parked - index * per_message);
                 let calls: Vec<Value> = (0..count)
-                    .map(|i| json!({"id": format!("c{i}"), "name": "mcp__fx__echo", "arguments": {"text": "x"}}))
+                    .map(|i| json!({"id": format!("c{i}"), "name": "mcp__fx__clock", "arguments": {}}))
                     .collect();
                 service
                     .post(
@@ -57,28 +173,20 @@ pub async fn run(parked: usize, approve: usize, per_message: usize, as_json: boo
     let park_time = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_bytes();
-    let mut latencies = Vec::with_capacity(approve);
-    let approve_started = Instant::now();
-    for n in 0..approve {
-        let message = &messages[n % messages.len()];
-        let call = format!("c{}", n / messages.len());
-        let begun = Instant::now();
-        service
-            .post(
-                &format!("/api/messages/{message}/tool-confirm"),
-                "bench",
-                json!({"toolCallId": call, "approved": true}),
-            )
-            .await?;
-        latencies.push(begun.elapsed());
+    let mut levels = Vec::new();
+    for (index, &level) in concurrency.iter().enumerate() {
+        levels.push(approve_level(&service, &messages, index * approve, approve, level).await?);
     }
-    let approvals = summarize(latencies, approve_started.elapsed());
     let per_call = after.saturating_sub(before) as f64 / parked as f64;
     if as_json {
+        let levels: Vec<Value> = levels
+            .iter()
+            .map(|l| json!({"concurrency": l.concurrency, "approve": l.round_trip.to_json(), "approve_to_upstream": l.to_upstream.to_json()}))
+            .collect();
         println!(
             "{}",
             json!({"parked": parked, "park_ms": park_time.as_millis(), "rss_before": before, "rss_after": after,
-                   "bytes_per_parked_call": per_call, "approve": approvals.to_json()})
+                   "bytes_per_parked_call": per_call, "levels": levels})
         );
     } else {
         println!(
@@ -96,10 +204,21 @@ pub async fn run(parked: usize, approve: usize, per_message: usize, as_json: boo
             mib(after),
             per_call
         );
-        println!(
-            "  approve (HTTP round trip: stored as invoking, execution started): p50 {:.0}us p90 {:.0}us p99 {:.0}us over {}",
-            approvals.p50, approvals.p90, approvals.p99, approvals.calls
-        );
+        for level in &levels {
+            let (trip, upstream) = (&level.round_trip, &level.to_upstream);
+            println!(
+                "  {} approvers, {} approvals ({:.0}/s): HTTP round trip p50 {:.0}us p90 {:.0}us p99 {:.0}us; approve sent -> call at the upstream p50 {:.0}us p90 {:.0}us p99 {:.0}us",
+                level.concurrency,
+                trip.calls,
+                trip.throughput,
+                trip.p50,
+                trip.p90,
+                trip.p99,
+                upstream.p50,
+                upstream.p90,
+                upstream.p99
+            );
+        }
     }
     drop(messages);
     service.stop().await
