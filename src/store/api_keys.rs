@@ -2,13 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder,
+    ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
 };
 use uuid::Uuid;
 
 use super::entities::api_key;
-use super::{StoreError, corrupt};
+use super::{Db, StoreError, corrupt};
 use crate::security::ApiKeyRole;
 
 #[derive(Debug, Clone)]
@@ -24,11 +23,11 @@ pub struct ApiKeyRecord {
 
 #[derive(Debug, Clone)]
 pub struct ApiKeyRepo {
-    db: DatabaseConnection,
+    db: Db,
 }
 
 impl ApiKeyRepo {
-    pub(super) fn new(db: DatabaseConnection) -> Self {
+    pub(super) fn new(db: Db) -> Self {
         Self { db }
     }
 
@@ -42,7 +41,7 @@ impl ApiKeyRepo {
             created_at: Set(key.created_at),
             revoked_at: Set(key.revoked_at),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -55,7 +54,7 @@ impl ApiKeyRepo {
         api_key::Entity::find()
             .filter(api_key::Column::KeyHash.eq(hash))
             .filter(api_key::Column::RevokedAt.is_null())
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(to_domain)
             .transpose()
@@ -63,7 +62,7 @@ impl ApiKeyRepo {
 
     pub async fn get(&self, id: Uuid) -> Result<Option<ApiKeyRecord>, StoreError> {
         api_key::Entity::find_by_id(id)
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(to_domain)
             .transpose()
@@ -72,7 +71,7 @@ impl ApiKeyRepo {
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         api_key::Entity::find()
             .order_by_asc(api_key::Column::CreatedAt)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(to_domain)
@@ -83,7 +82,7 @@ impl ApiKeyRepo {
         Ok(api_key::Entity::find()
             .filter(api_key::Column::Role.eq(ApiKeyRole::Admin.as_str()))
             .filter(api_key::Column::RevokedAt.is_null())
-            .count(&self.db)
+            .count(&self.db.read)
             .await?)
     }
 
@@ -95,7 +94,7 @@ impl ApiKeyRepo {
             })
             .filter(api_key::Column::Id.eq(id))
             .filter(api_key::Column::RevokedAt.is_null())
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(result.rows_affected == 1)
     }

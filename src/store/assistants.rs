@@ -1,22 +1,21 @@
 //! `assistant_mcp_servers`: which of a user's servers an assistant uses, in order.
 
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
+    ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait,
 };
 use uuid::Uuid;
 
-use super::StoreError;
 use super::entities::{assistant_server, assistant_setting};
+use super::{Db, StoreError};
 use crate::domain::{AssistantId, UserId};
 
 #[derive(Debug, Clone)]
 pub struct AssistantRepo {
-    db: DatabaseConnection,
+    db: Db,
 }
 
 impl AssistantRepo {
-    pub(super) fn new(db: DatabaseConnection) -> Self {
+    pub(super) fn new(db: Db) -> Self {
         Self { db }
     }
 
@@ -30,7 +29,7 @@ impl AssistantRepo {
             user.as_str().to_owned(),
             assistant.as_str().to_owned(),
         ))
-        .one(&self.db)
+        .one(&self.db.read)
         .await?
         .and_then(|row| row.gateway_prefix))
     }
@@ -59,7 +58,7 @@ impl AssistantRepo {
             ])
             .to_owned(),
         )
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -73,7 +72,7 @@ impl AssistantRepo {
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))
             .order_by_asc(assistant_server::Column::Position)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(|row| row.mcp_server_id)
@@ -89,7 +88,7 @@ impl AssistantRepo {
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .order_by_asc(assistant_server::Column::AssistantId)
             .order_by_asc(assistant_server::Column::Position)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?;
         let mut assistants: Vec<(AssistantId, Vec<Uuid>)> = Vec::new();
         for row in rows {
@@ -114,7 +113,7 @@ impl AssistantRepo {
         assistant: &AssistantId,
         servers: &[Uuid],
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.db.write.begin().await?;
         assistant_server::Entity::delete_many()
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))

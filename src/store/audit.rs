@@ -3,13 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 use uuid::Uuid;
 
-use super::StoreError;
 use super::entities::audit_entry;
+use super::{Db, StoreError};
 use crate::domain::{ToolCallStatus, UserId};
 
 /// What an audit row records.
@@ -76,11 +76,11 @@ pub struct AuditFilter {
 
 #[derive(Debug, Clone)]
 pub struct AuditRepo {
-    db: DatabaseConnection,
+    db: Db,
 }
 
 impl AuditRepo {
-    pub(super) fn new(db: DatabaseConnection) -> Self {
+    pub(super) fn new(db: Db) -> Self {
         Self { db }
     }
 
@@ -98,7 +98,7 @@ impl AuditRepo {
             decided_by: Set(entry.decided_by.map(|id| id.to_string())),
             created_at: Set(crate::domain::now()),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -130,13 +130,13 @@ impl AuditRepo {
             condition = condition.add(audit_entry::Column::CreatedAt.lt(to));
         }
         let query = audit_entry::Entity::find().filter(condition);
-        let total = query.clone().count(&self.db).await?;
+        let total = query.clone().count(&self.db.read).await?;
         let rows = query
             .order_by_desc(audit_entry::Column::CreatedAt)
             .order_by_desc(audit_entry::Column::Id)
             .offset(page * page_size)
             .limit(page_size)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?;
         let rows = rows
             .into_iter()

@@ -1,15 +1,15 @@
 //! The `conversations` table.
 
-use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
-use super::StoreError;
 use super::entities::conversation;
+use super::{Db, StoreError};
 use crate::domain::UserId;
 
 #[derive(Debug, Clone)]
 pub struct ConversationRepo {
-    db: DatabaseConnection,
+    db: Db,
 }
 
 /// Whose a conversation id is.
@@ -29,13 +29,16 @@ pub struct StoredConversation {
 }
 
 impl ConversationRepo {
-    pub(super) fn new(db: DatabaseConnection) -> Self {
+    pub(super) fn new(db: Db) -> Self {
         Self { db }
     }
 
     pub async fn ownership(&self, user: &UserId, id: Uuid) -> Result<Ownership, StoreError> {
         Ok(
-            match conversation::Entity::find_by_id(id).one(&self.db).await? {
+            match conversation::Entity::find_by_id(id)
+                .one(&self.db.read)
+                .await?
+            {
                 Some(row) if row.user_id == user.as_str() => Ownership::Mine,
                 Some(_) => Ownership::Others,
                 None => Ownership::Missing,
@@ -50,7 +53,7 @@ impl ConversationRepo {
     ) -> Result<Option<StoredConversation>, StoreError> {
         Ok(conversation::Entity::find_by_id(id)
             .filter(conversation::Column::UserId.eq(user.as_str()))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(|row| StoredConversation {
                 id: row.id,
@@ -86,7 +89,7 @@ impl ConversationRepo {
             created_at: Set(now),
             updated_at: Set(now),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -100,7 +103,7 @@ impl ConversationRepo {
             })
             .filter(conversation::Column::Id.eq(id))
             .filter(conversation::Column::UserId.eq(user.as_str()))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, sea_query::Expr,
+    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, sea_query::Expr,
 };
 use uuid::Uuid;
 
 use super::entities::{gateway_token, xiaozhi_bridge};
 use super::instances::ids;
-use super::{StoreError, corrupt};
+use super::{Db, StoreError, corrupt};
 use crate::domain::{AssistantId, InstanceId, UserId};
 use crate::security::Cipher;
 
@@ -41,7 +40,7 @@ pub struct XiaozhiBridge {
 
 #[derive(Debug, Clone)]
 pub struct GatewayRepo {
-    db: DatabaseConnection,
+    db: Db,
     cipher: Arc<Cipher>,
 }
 
@@ -58,7 +57,7 @@ fn token(row: gateway_token::Model) -> Result<GatewayToken, StoreError> {
 }
 
 impl GatewayRepo {
-    pub(super) fn new(db: DatabaseConnection, cipher: Arc<Cipher>) -> Self {
+    pub(super) fn new(db: Db, cipher: Arc<Cipher>) -> Self {
         Self { db, cipher }
     }
 
@@ -72,7 +71,7 @@ impl GatewayRepo {
             token_prefix: Set(record.prefix.clone()),
             created_at: Set(record.created_at),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -86,7 +85,7 @@ impl GatewayRepo {
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .filter(gateway_token::Column::AssistantId.eq(assistant.as_str()))
             .order_by_asc(gateway_token::Column::CreatedAt)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(token)
@@ -98,7 +97,7 @@ impl GatewayRepo {
         gateway_token::Entity::find()
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .order_by_asc(gateway_token::Column::CreatedAt)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(token)
@@ -108,7 +107,7 @@ impl GatewayRepo {
     pub async fn token_by_hash(&self, hash: &str) -> Result<Option<GatewayToken>, StoreError> {
         gateway_token::Entity::find()
             .filter(gateway_token::Column::TokenHash.eq(hash))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(token)
             .transpose()
@@ -124,13 +123,13 @@ impl GatewayRepo {
         let Some(row) = gateway_token::Entity::find_by_id(id)
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .filter(gateway_token::Column::AssistantId.eq(assistant.as_str()))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
         else {
             return Ok(None);
         };
         gateway_token::Entity::delete_by_id(id)
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(Some(row.token_hash))
     }
@@ -177,7 +176,7 @@ impl GatewayRepo {
             ])
             .to_owned(),
         )
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -190,7 +189,7 @@ impl GatewayRepo {
         xiaozhi_bridge::Entity::find()
             .filter(xiaozhi_bridge::Column::UserId.eq(user.as_str()))
             .filter(xiaozhi_bridge::Column::AssistantId.eq(assistant.as_str()))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(|row| self.bridge(row))
             .transpose()
@@ -199,7 +198,7 @@ impl GatewayRepo {
     pub async fn enabled_bridges(&self) -> Result<Vec<XiaozhiBridge>, StoreError> {
         xiaozhi_bridge::Entity::find()
             .filter(xiaozhi_bridge::Column::Enabled.eq(true))
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(|row| self.bridge(row))
@@ -223,7 +222,7 @@ impl GatewayRepo {
                     .add(xiaozhi_bridge::Column::OwnerInstance.eq(me.0))
                     .add(xiaozhi_bridge::Column::OwnerInstance.is_not_in(ids(live))),
             )
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(updated.rows_affected > 0)
     }
@@ -236,7 +235,7 @@ impl GatewayRepo {
         let result = xiaozhi_bridge::Entity::delete_many()
             .filter(xiaozhi_bridge::Column::UserId.eq(user.as_str()))
             .filter(xiaozhi_bridge::Column::AssistantId.eq(assistant.as_str()))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(result.rows_affected > 0)
     }

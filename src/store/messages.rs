@@ -4,16 +4,16 @@
 use std::collections::HashMap;
 
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait, sea_query::Expr,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait, sea_query::Expr,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::entities::{message, tool_call};
 use super::instances::ids;
-use super::{StoreError, corrupt};
+use super::{Db, StoreError, corrupt};
 use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
 
 #[derive(Debug, Clone)]
@@ -34,7 +34,7 @@ pub struct StoredMessage {
 
 #[derive(Debug, Clone)]
 pub struct MessageRepo {
-    db: DatabaseConnection,
+    db: Db,
 }
 
 fn open_count(calls: &[ToolCallRecord]) -> i32 {
@@ -47,14 +47,14 @@ const IN_CHUNK: usize = 500;
 const INSERT_CHUNK: usize = 32;
 
 impl MessageRepo {
-    pub(super) fn new(db: DatabaseConnection) -> Self {
+    pub(super) fn new(db: Db) -> Self {
         Self { db }
     }
 
     pub async fn get(&self, user: &UserId, id: Uuid) -> Result<Option<StoredMessage>, StoreError> {
         let Some(row) = message::Entity::find_by_id(id)
             .filter(message::Column::UserId.eq(user.as_str()))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
         else {
             return Ok(None);
@@ -66,7 +66,7 @@ impl MessageRepo {
     /// Whether the id is taken by anyone (another user's message must not be overwritten).
     pub async fn exists(&self, id: Uuid) -> Result<bool, StoreError> {
         Ok(message::Entity::find_by_id(id)
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .is_some())
     }
@@ -87,11 +87,11 @@ impl MessageRepo {
         };
         if message.tool_calls.is_empty() {
             message::Entity::insert(row)
-                .exec_without_returning(&self.db)
+                .exec_without_returning(&self.db.write)
                 .await?;
             return Ok(());
         }
-        let txn = self.db.begin().await?;
+        let txn = self.db.write.begin().await?;
         message::Entity::insert(row)
             .exec_without_returning(&txn)
             .await?;
@@ -185,6 +185,7 @@ impl MessageRepo {
     ) -> Result<Option<DatabaseTransaction>, StoreError> {
         let txn = self
             .db
+            .write
             .begin_with_options(TransactionOptions {
                 sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
                 ..Default::default()
@@ -239,7 +240,7 @@ impl MessageRepo {
             .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
             .filter(free)
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(updated.rows_affected > 0)
     }
@@ -261,7 +262,7 @@ impl MessageRepo {
             })
             .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }
@@ -279,7 +280,7 @@ impl MessageRepo {
             .order_by_desc(message::Column::CreatedAt)
             .order_by_desc(message::Column::Id)
             .limit(limit)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?;
         rows.reverse();
         self.with_records(rows).await
@@ -296,7 +297,7 @@ impl MessageRepo {
             .filter(message::Column::OpenCalls.gt(0))
             .order_by_desc(message::Column::CreatedAt)
             .limit(limit)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?;
         self.with_records(rows).await
     }
@@ -310,7 +311,7 @@ impl MessageRepo {
                     .add(message::Column::OwnerInstance.is_null())
                     .add(message::Column::OwnerInstance.is_not_in(ids(live))),
             )
-            .all(&self.db)
+            .all(&self.db.read)
             .await?;
         self.with_records(rows).await
     }
@@ -327,7 +328,7 @@ impl MessageRepo {
                 .filter(tool_call::Column::MessageId.is_in(chunk.iter().copied()))
                 .order_by_asc(tool_call::Column::MessageId)
                 .order_by_asc(tool_call::Column::Position)
-                .all(&self.db)
+                .all(&self.db.read)
                 .await?;
             for call in calls {
                 records.entry(call.message_id).or_default().push(call);

@@ -25,13 +25,14 @@ impl NoteListener {
 
 impl Store {
     pub fn can_notify(&self) -> bool {
-        self.db.get_database_backend() == DatabaseBackend::Postgres
+        self.db.read.get_database_backend() == DatabaseBackend::Postgres
     }
 
     /// Sends `payload` to every listener of `channel` (after the sender's transaction,
     /// which here is the statement itself).
     pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
         self.db
+            .write
             .execute_raw(Statement::from_sql_and_values(
                 DatabaseBackend::Postgres,
                 "SELECT pg_notify($1, $2)",
@@ -49,7 +50,7 @@ impl Store {
         let into_store = |e: sea_orm::sqlx::Error| {
             StoreError::Unavailable(sea_orm::DbErr::Custom(e.to_string()))
         };
-        let mut listener = PgListener::connect_with(self.db.get_postgres_connection_pool())
+        let mut listener = PgListener::connect_with(self.db.read.get_postgres_connection_pool())
             .await
             .map_err(into_store)?;
         listener.listen(channel).await.map_err(into_store)?;

@@ -6,13 +6,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder,
+    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
 };
 use uuid::Uuid;
 
 use super::entities::{oauth_client, oauth_pending, oauth_token};
-use super::{StoreError, corrupt, from_json};
+use super::{Db, StoreError, corrupt, from_json};
 use crate::domain::UserId;
 use crate::security::Cipher;
 
@@ -60,12 +59,12 @@ pub struct PendingFlow {
 
 #[derive(Debug, Clone)]
 pub struct OAuthRepo {
-    db: DatabaseConnection,
+    db: Db,
     cipher: Arc<Cipher>,
 }
 
 impl OAuthRepo {
-    pub(super) fn new(db: DatabaseConnection, cipher: Arc<Cipher>) -> Self {
+    pub(super) fn new(db: Db, cipher: Arc<Cipher>) -> Self {
         Self { db, cipher }
     }
 
@@ -81,7 +80,7 @@ impl OAuthRepo {
         server: Uuid,
     ) -> Result<Option<TokenRecord>, StoreError> {
         let Some(row) = oauth_token::Entity::find_by_id((user.as_str().to_owned(), server))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
         else {
             return Ok(None);
@@ -118,7 +117,7 @@ impl OAuthRepo {
                     .do_nothing()
                     .to_owned(),
             )
-            .exec_without_returning(&self.db)
+            .exec_without_returning(&self.db.write)
             .await?;
         Ok(())
     }
@@ -156,7 +155,7 @@ impl OAuthRepo {
                     ])
                     .to_owned(),
             )
-            .exec_without_returning(&self.db)
+            .exec_without_returning(&self.db.write)
             .await?;
         Ok(())
     }
@@ -183,7 +182,7 @@ impl OAuthRepo {
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(token_of(user, server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }
@@ -211,7 +210,7 @@ impl OAuthRepo {
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(token_of(user, server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(before)
     }
@@ -225,12 +224,12 @@ impl OAuthRepo {
         let before = self.token(user, server).await?;
         oauth_token::Entity::delete_many()
             .filter(token_of(user, server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::UserId.eq(user.as_str()))
             .filter(oauth_pending::Column::ServerId.eq(server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(before)
     }
@@ -244,7 +243,7 @@ impl OAuthRepo {
                 Expr::col(oauth_token::Column::StepUps).add(Expr::value(1)),
             )
             .filter(token_of(user, server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(self
             .token(user, server)
@@ -258,7 +257,7 @@ impl OAuthRepo {
         oauth_token::Entity::update_many()
             .col_expr(oauth_token::Column::StepUps, Expr::value(0))
             .filter(token_of(user, server))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }
@@ -282,7 +281,7 @@ impl OAuthRepo {
                     .add(oauth_token::Column::RefreshLockUntil.is_null())
                     .add(oauth_token::Column::RefreshLockUntil.lt(now_ms)),
             )
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?
             .rows_affected;
         Ok(taken == 1)
@@ -305,7 +304,7 @@ impl OAuthRepo {
             )
             .filter(token_of(user, server))
             .filter(oauth_token::Column::RefreshLockHolder.eq(holder))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }
@@ -324,7 +323,7 @@ impl OAuthRepo {
             expires_at: Set(flow.expires_at),
             created_at: Set(Utc::now()),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -349,14 +348,14 @@ impl OAuthRepo {
         now: DateTime<Utc>,
     ) -> Result<Option<PendingFlow>, StoreError> {
         let Some(row) = oauth_pending::Entity::find_by_id(state_hash.to_owned())
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
         else {
             return Ok(None);
         };
         let deleted = oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::StateHash.eq(state_hash))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?
             .rows_affected;
         if deleted != 1 || row.expires_at <= now {
@@ -377,7 +376,7 @@ impl OAuthRepo {
             .filter(oauth_pending::Column::ServerId.eq(server))
             .filter(oauth_pending::Column::ExpiresAt.gt(valid_at))
             .order_by_desc(oauth_pending::Column::CreatedAt)
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(|row| self.pending_from_row(row))
             .transpose()
@@ -386,7 +385,7 @@ impl OAuthRepo {
     pub async fn count_pending(&self, user: &UserId) -> Result<u64, StoreError> {
         Ok(oauth_pending::Entity::find()
             .filter(oauth_pending::Column::UserId.eq(user.as_str()))
-            .count(&self.db)
+            .count(&self.db.read)
             .await?)
     }
 
@@ -394,7 +393,7 @@ impl OAuthRepo {
     pub async fn purge_expired(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
         Ok(oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::ExpiresAt.lte(now))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?
             .rows_affected)
     }
@@ -407,7 +406,7 @@ impl OAuthRepo {
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
         let Some(row) =
             oauth_client::Entity::find_by_id((issuer.to_owned(), redirect_uri.to_owned()))
-                .one(&self.db)
+                .one(&self.db.read)
                 .await?
         else {
             return Ok(None);
@@ -439,7 +438,7 @@ impl OAuthRepo {
             .do_nothing()
             .to_owned(),
         )
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&self.db.write)
         .await?;
         Ok(())
     }
@@ -453,7 +452,7 @@ impl OAuthRepo {
         oauth_client::Entity::delete_many()
             .filter(oauth_client::Column::Issuer.eq(issuer))
             .filter(oauth_client::Column::RedirectUri.eq(redirect_uri))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(())
     }

@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::{Deserialize, Serialize};
 
 use super::entities::preset;
-use super::{StoreError, from_json, open_map, seal_map};
+use super::{Db, StoreError, from_json, open_map, seal_map};
 use crate::domain::{Preset, PresetSpec, Slot};
 use crate::security::Cipher;
 
@@ -57,19 +55,19 @@ fn slots_from(column: &str, value: serde_json::Value) -> Result<Vec<Slot>, Store
 
 #[derive(Debug, Clone)]
 pub struct PresetRepo {
-    db: DatabaseConnection,
+    db: Db,
     cipher: Arc<Cipher>,
 }
 
 impl PresetRepo {
-    pub(super) fn new(db: DatabaseConnection, cipher: Arc<Cipher>) -> Self {
+    pub(super) fn new(db: Db, cipher: Arc<Cipher>) -> Self {
         Self { db, cipher }
     }
 
     pub async fn list(&self) -> Result<Vec<Preset>, StoreError> {
         preset::Entity::find()
             .order_by_asc(preset::Column::Name)
-            .all(&self.db)
+            .all(&self.db.read)
             .await?
             .into_iter()
             .map(|row| self.to_domain(row))
@@ -79,7 +77,7 @@ impl PresetRepo {
     pub async fn get(&self, name: &str) -> Result<Option<Preset>, StoreError> {
         preset::Entity::find()
             .filter(preset::Column::Name.eq(name))
-            .one(&self.db)
+            .one(&self.db.read)
             .await?
             .map(|row| self.to_domain(row))
             .transpose()
@@ -87,7 +85,7 @@ impl PresetRepo {
 
     pub async fn insert(&self, preset: &Preset) -> Result<(), StoreError> {
         preset::Entity::insert(self.to_row(preset))
-            .exec_without_returning(&self.db)
+            .exec_without_returning(&self.db.write)
             .await?;
         Ok(())
     }
@@ -96,7 +94,7 @@ impl PresetRepo {
         let result = preset::Entity::update_many()
             .set(self.to_row(preset))
             .filter(preset::Column::Id.eq(preset.id))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(result.rows_affected == 1)
     }
@@ -104,7 +102,7 @@ impl PresetRepo {
     pub async fn delete(&self, name: &str) -> Result<bool, StoreError> {
         let result = preset::Entity::delete_many()
             .filter(preset::Column::Name.eq(name))
-            .exec(&self.db)
+            .exec(&self.db.write)
             .await?;
         Ok(result.rows_affected == 1)
     }

@@ -33,7 +33,9 @@ pub struct Binary {
     pub base: String,
     /// `http://127.0.0.1:<gRPC port>` (empty with `grpc.enabled = false`).
     pub grpc: String,
-    _data: tempfile::TempDir,
+    /// The service's data directory: it must outlive the service, so whoever takes the
+    /// binary apart keeps it bound.
+    pub data_dir: tempfile::TempDir,
 }
 
 impl Binary {
@@ -106,7 +108,7 @@ pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
         lines,
         base: format!("http://127.0.0.1:{port}"),
         grpc,
-        _data: dir,
+        data_dir: dir,
     }
 }
 
@@ -266,7 +268,7 @@ async fn request_spans_are_exported_to_an_otlp_collector() {
     let Binary {
         mut child,
         base,
-        _data,
+        data_dir: _data_dir,
         ..
     } = start_binary(&[
         ("MCP_POOL__LOG__OTLP_ENDPOINT", &collector_url),

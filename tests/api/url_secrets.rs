@@ -251,6 +251,8 @@ async fn url_credentials_never_reach_the_logs() {
         mut child,
         lines,
         base,
+        // Bound, not dropped: the service's data directory must outlive it.
+        data_dir: _data_dir,
         ..
     } = start_binary(&[("MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS", "true")]).await;
     let client = reqwest::Client::new();
