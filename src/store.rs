@@ -122,8 +122,7 @@ impl Store {
             options.max_connections(max).sqlx_logging(false);
             options
         };
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let db = if is_sqlite && !in_memory {
+        let db = if is_sqlite && sqlite_file_dir(&url).is_some() {
             // The writer first: it creates the file and switches it to WAL.
             let mut writer = options(1);
             writer.map_sqlx_sqlite_opts(sqlite_options);
@@ -218,12 +217,13 @@ impl Store {
     }
 }
 
+/// The directory of the SQLite database file the URL names; `None` for an in-memory one.
 fn sqlite_file_dir(url: &str) -> Option<std::path::PathBuf> {
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;
-    let path = path.split('?').next()?;
-    if path.is_empty() || path == ":memory:" {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    if path.is_empty() || path == ":memory:" || query.split('&').any(|p| p == "mode=memory") {
         return None;
     }
     Path::new(path).parent().map(Path::to_path_buf)
@@ -272,6 +272,7 @@ mod tests {
             Some("./data".into())
         );
         assert_eq!(sqlite_file_dir("sqlite::memory:"), None);
+        assert_eq!(sqlite_file_dir("sqlite://shared.db?mode=memory"), None);
     }
 
     /// Writes through one SQLite connection, many at once, all land; the readers see

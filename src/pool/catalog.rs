@@ -5,7 +5,7 @@
 //! change and on an explicit refresh. Tool input schemas are compiled once per fill.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -109,7 +109,6 @@ impl SharedToolCatalogs {
             // Not serializable (it came from JSON, so this does not happen): keep it apart.
             return Arc::new(ToolCatalog::new(tools));
         }
-        tools.len().hash(&mut hasher);
         let digest = hasher.finish();
         let mut index = self.by_digest.lock().expect("catalog index lock");
         let bucket = index.catalogs.entry(digest).or_default();
