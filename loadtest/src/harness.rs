@@ -307,11 +307,19 @@ impl Service {
 
     /// Registers the fixture (stdio) as the admin preset `fixture`.
     pub async fn add_fixture_preset(&self) -> Result<()> {
+        self.add_fixture_preset_with("fixture", &[]).await
+    }
+
+    /// A preset `name` running the stdio fixture with extra `flags` (`--clock-tool`).
+    pub async fn add_fixture_preset_with(&self, name: &str, flags: &[&str]) -> Result<()> {
         let fixture = fixture_binary()?;
+        let args: Vec<&str> = std::iter::once("stdio")
+            .chain(flags.iter().copied())
+            .collect();
         self.post(
             "/admin/presets",
             "admin",
-            json!({"name": "fixture", "command": fixture, "args": ["stdio"]}),
+            json!({"name": name, "command": fixture, "args": args}),
         )
         .await?;
         Ok(())

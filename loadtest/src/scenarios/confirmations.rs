@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
-use crate::harness::{Service, Summary, fixture_binary, mib, rss_bytes, summarize};
+use crate::harness::{Service, Summary, mib, rss_bytes, summarize};
 
 /// CLOCK_MONOTONIC in ns, as the fixture's `clock` tool reads it.
 fn monotonic_ns() -> i128 {
@@ -35,8 +35,9 @@ struct Level {
     to_upstream: Summary,
 }
 
-/// Approves calls `first..first + count` with `concurrency` approvers; each approval's
-/// round trip, and the time from sending it to its call reaching the upstream.
+/// Approves calls `first..first + count` with `concurrency` approvers, call `n` being call
+/// `c{n / messages}` of message `n % messages` (every message holds enough calls); each
+/// approval's round trip, and the time from sending it to its call reaching the upstream.
 async fn approve_level(
     service: &Arc<Service>,
     messages: &Arc<Vec<String>>,
@@ -44,13 +45,14 @@ async fn approve_level(
     count: usize,
     concurrency: usize,
 ) -> Result<Level> {
+    let approvers = concurrency.max(1);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for worker in 0..concurrency.max(1) {
+    for worker in 0..approvers {
         let (service, messages) = (service.clone(), messages.clone());
         workers.push(tokio::spawn(async move {
             let mut timed = Vec::new();
-            for n in (first + worker..first + count).step_by(concurrency.max(1)) {
+            for n in (first + worker..first + count).step_by(approvers) {
                 let message = &messages[n % messages.len()];
                 let call = format!("c{}", n / messages.len());
                 let sent = monotonic_ns();
@@ -116,16 +118,17 @@ pub async fn run(
     concurrency: &[usize],
     as_json: bool,
 ) -> Result<()> {
-    if approve * concurrency.len() > parked {
-        bail!("--parked must be at least --approve × the number of concurrency levels");
+    // Approvals go to messages holding `per_message` calls each (the last may hold fewer).
+    let per_message = per_message.clamp(1, 64).min(parked.max(1));
+    let full_messages = parked / per_message;
+    if approve * concurrency.len() > full_messages * per_message {
+        bail!(
+            "--parked must be at least --approve × the number of concurrency levels, in whole messages of --per-message calls"
+        );
     }
     let service = Arc::new(Service::start().await?);
     service
-        .post(
-            "/admin/presets",
-            "admin",
-            json!({"name": "clock", "command": fixture_binary()?, "args": ["stdio", "--clock-tool"]}),
-        )
+        .add_fixture_preset_with("clock", &["--clock-tool"])
         .await?;
     let server = service
         .create_server("bench", json!({"name": "fx", "preset": "clock"}))
@@ -142,7 +145,6 @@ pub async fn run(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_bytes();
     let started = Instant::now();
-    let per_message = per_message.clamp(1, 64);
     let messages: Vec<String> = (0..parked.div_ceil(per_message))
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
@@ -173,9 +175,10 @@ pub async fn run(
     let park_time = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_bytes();
+    let full = Arc::new(messages[..full_messages].to_vec());
     let mut levels = Vec::new();
     for (index, &level) in concurrency.iter().enumerate() {
-        levels.push(approve_level(&service, &messages, index * approve, approve, level).await?);
+        levels.push(approve_level(&service, &full, index * approve, approve, level).await?);
     }
     let per_call = after.saturating_sub(before) as f64 / parked as f64;
     if as_json {
