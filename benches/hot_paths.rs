@@ -11,7 +11,7 @@ use mcp_pool::agent::prompt_mode::{parse_lenient, parse_reply};
 use mcp_pool::config::PoolSettings;
 use mcp_pool::domain::tool_name::{ToolNameTable, ToolRef, display_name};
 use mcp_pool::domain::{EmbeddedKind, McpServer, ServerName, ServerSpec, Transport, UserId};
-use mcp_pool::mcp::{UpstreamSpec, UpstreamTransport, http_client};
+use mcp_pool::mcp::{UpstreamHttp, UpstreamSpec, UpstreamTransport};
 use mcp_pool::pool::{ConnectionKey, Pool, ServerRuntime, ToolCatalog};
 use rmcp::model::Tool;
 use serde_json::{Value, json};
@@ -124,7 +124,9 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             connect_timeout: Duration::from_secs(5),
             max_message_bytes: 16 << 20,
             url_policy: policy.clone(),
-            http: http_client(Duration::from_secs(5), policy),
+            http: std::sync::Arc::new(
+                UpstreamHttp::new(Duration::from_secs(5), policy, 32, None).expect("http clients"),
+            ),
             auth: None,
             roots: Vec::new(),
             owner: None,
@@ -153,6 +155,7 @@ fn registry(c: &mut Criterion) {
                 max_stdio_processes: 10,
                 max_message_bytes: 16 << 20,
                 inherited_env: Vec::new(),
+                sessions_per_http_client: 32,
             },
             Default::default(),
         )

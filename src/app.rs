@@ -92,7 +92,7 @@ impl Services {
                 elicitations: elicitations.clone(),
                 rate_limits,
             },
-        );
+        )?;
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),
             events: events.clone(),

@@ -180,6 +180,8 @@ pub struct PoolSettings {
     pub max_message_bytes: usize,
     /// The only variables a stdio child inherits from the service's environment.
     pub inherited_env: Vec<String>,
+    /// Remote sessions sharing one HTTP client, so one HTTP/2 connection (`mcp::http`).
+    pub sessions_per_http_client: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -266,6 +268,8 @@ pub struct SecuritySettings {
     pub allow_loopback_urls: bool,
     pub allow_private_urls: bool,
     pub allowed_url_hosts: Vec<String>,
+    /// PEM certificates remote servers' TLS is also checked against; empty: none.
+    pub extra_ca_file: String,
     /// Never from a file: lets a test give the service a scripted DNS.
     #[serde(skip)]
     pub name_lookup: crate::security::url_guard::LookupOverride,
@@ -344,7 +348,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 25] = [
+        let positive: [(&'static str, u64); 26] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             ("sampling.timeout_secs", self.sampling.timeout_secs),
@@ -367,6 +371,10 @@ impl Settings {
             (
                 "pool.max_connections_per_user",
                 self.pool.max_connections_per_user.into(),
+            ),
+            (
+                "pool.sessions_per_http_client",
+                self.pool.sessions_per_http_client.into(),
             ),
             ("pool.max_message_bytes", self.pool.max_message_bytes as u64),
             ("agent.max_tool_rounds", self.agent.max_tool_rounds.into()),

@@ -10,13 +10,15 @@ mod client;
 mod connect;
 pub mod downstream;
 mod handler;
+mod http;
 mod sse;
 pub mod stdio;
 mod url_free;
 
 pub use client::{CallOutcome, McpClient, Progress, ServerFeatures};
-pub use connect::{UpstreamSpec, UpstreamTransport, connect, http_client};
+pub use connect::{UpstreamSpec, UpstreamTransport, connect};
 pub use handler::UpstreamEvents;
+pub use http::{LeasedClient, UpstreamHttp};
 
 use std::time::Duration;
 

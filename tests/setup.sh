@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests talk to: the reference MCP servers, the conformance suite and
 # playwright-core for the console's browser tests (npm), the reference Python MCP client and
-# schemathesis (PyPI), and Debian's chromium (apt, when missing). Idempotent; nothing is
+# schemathesis (PyPI), and Debian's chromium and nginx (apt, when missing). Idempotent; nothing is
 # downloaded while the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +12,14 @@ npm ci --prefix tests/conformance --no-audit --no-fund
 npm ci --prefix tests/conformance/everything-server --no-audit --no-fund
 # The console's browser tests (tests/console): playwright-core driving Debian's chromium.
 npm ci --prefix tests/console --no-audit --no-fund
-if ! command -v chromium >/dev/null; then
+# nginx: in front of instances (tests/api/nginx.rs) and as a TLS server offering HTTP/2
+# (tests/api/http2_upstreams.rs); Debian installs it into /usr/sbin.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+if [ ${#missing[@]} -gt 0 ]; then
   apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 if [ ! -x tests/clients/.venv/bin/python ]; then
   python3 -m venv tests/clients/.venv

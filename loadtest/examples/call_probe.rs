@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_pool::mcp::{UpstreamSpec, UpstreamTransport, connect, http_client};
+use mcp_pool::mcp::{UpstreamHttp, UpstreamSpec, UpstreamTransport, connect};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
@@ -40,7 +40,9 @@ async fn main() {
         connect_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,
         url_policy: policy.clone(),
-        http: http_client(Duration::from_secs(10), policy),
+        http: std::sync::Arc::new(
+            UpstreamHttp::new(Duration::from_secs(10), policy, 32, None).expect("http clients"),
+        ),
         auth: None,
         roots: Vec::new(),
         owner: None,

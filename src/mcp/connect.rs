@@ -78,9 +78,8 @@ pub struct UpstreamSpec {
     /// The URL policy the HTTP client dials through; asked again to explain a failed
     /// connect, since the refusal itself does not survive rmcp's error types.
     pub url_policy: std::sync::Arc<crate::security::UrlPolicy>,
-    /// Shared by every HTTP connection: a client per connection cost ~250 KiB each
-    /// (its TLS root store and pool), measured with `loadtest actors`.
-    pub http: reqwest::Client,
+    /// Where an HTTP session gets its client (shared in groups, see `mcp::http`).
+    pub http: std::sync::Arc<super::UpstreamHttp>,
     /// The user's OAuth tokens for an HTTP server; `None` for other transports.
     pub auth: Option<std::sync::Arc<dyn super::auth::UpstreamAuth>>,
     /// What `roots/list` answers when the call's client has no roots of its own.
@@ -100,24 +99,6 @@ impl std::fmt::Debug for dyn super::auth::UpstreamAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("UpstreamAuth")
     }
-}
-
-/// The HTTP client all remote connections share. Every address it dials comes from the
-/// URL policy's resolver, so no name can lead it to an address the policy refuses.
-pub fn http_client(
-    connect_timeout: Duration,
-    policy: std::sync::Arc<crate::security::UrlPolicy>,
-) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .dns_resolver(crate::security::GuardedResolver(policy))
-        // Connections are kept alive and reused (HTTP/2 where the server offers it by
-        // ALPN). The ~40 ms stall once seen on reuse was the fixture's missing
-        // TCP_NODELAY, not reuse itself.
-        // The URL was checked by the URL policy; a redirect would bypass that check.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("a reqwest client with these options builds")
 }
 
 pub async fn connect(
@@ -228,7 +209,7 @@ pub async fn connect(
                     }
                 }
                 let transport = LegacySseTransport::connect(
-                    spec.http.clone(),
+                    spec.http.lease(),
                     url,
                     headers,
                     challenges.clone(),
@@ -282,7 +263,7 @@ async fn serve_http(
         )
         .reinit_on_expired_session(true);
     let client = UrlFreeErrors {
-        client: spec.http.clone(),
+        client: spec.http.lease(),
         challenges: challenges.clone(),
     };
     Ok(match manager {

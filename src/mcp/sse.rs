@@ -34,6 +34,8 @@ pub enum SseTransportError {
 
 pub struct LegacySseTransport {
     client: reqwest::Client,
+    /// The session's place in its client's group, given back when the transport goes.
+    _lease: super::LeasedClient,
     post_url: Arc<Url>,
     headers: Arc<HeaderMap>,
     incoming: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
@@ -42,12 +44,13 @@ pub struct LegacySseTransport {
 
 impl LegacySseTransport {
     pub async fn connect(
-        client: reqwest::Client,
+        lease: super::LeasedClient,
         secret_url: &SecretUrl,
         headers: HeaderMap,
         challenges: super::auth::ChallengeSlot,
     ) -> Result<Self, McpError> {
         let url = secret_url.expose();
+        let client = lease.client.clone();
         let response = client
             .get(url.clone())
             .headers(headers.clone())
@@ -126,6 +129,7 @@ impl LegacySseTransport {
         });
         Ok(Self {
             client,
+            _lease: lease,
             post_url: Arc::new(post_url),
             headers: Arc::new(headers),
             incoming,

@@ -1,4 +1,4 @@
-//! The shared reqwest client as rmcp's streamable HTTP client, with the URL taken out of
+//! A leased reqwest client (`mcp::http`) as rmcp's streamable HTTP client, with the URL taken out of
 //! every error.
 //!
 //! A server's URL may carry its credentials (`?api_key=…`). reqwest quotes the URL in its
@@ -25,7 +25,8 @@ use super::auth::{AuthChallenge, ChallengeSlot};
 /// errors carry but the session's errors no longer do.
 #[derive(Clone)]
 pub(super) struct UrlFreeErrors {
-    pub client: reqwest::Client,
+    /// Its lease ends with the session (the transport's last clone).
+    pub client: super::LeasedClient,
     pub challenges: ChallengeSlot,
 }
 
@@ -73,6 +74,7 @@ impl StreamableHttpClient for UrlFreeErrors {
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let result = self
             .client
+            .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
         self.noted(result)
@@ -88,6 +90,7 @@ impl StreamableHttpClient for UrlFreeErrors {
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let result = self
+            .client
             .client
             .post_message_with_max_sse_event_size(
                 uri,
@@ -112,6 +115,7 @@ impl StreamableHttpClient for UrlFreeErrors {
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let result = self
             .client
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -133,6 +137,7 @@ impl StreamableHttpClient for UrlFreeErrors {
     ) -> Result<(), HttpError> {
         let result = self
             .client
+            .client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await;
         self.noted(result)
@@ -147,6 +152,7 @@ impl StreamableHttpClient for UrlFreeErrors {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
         let result = self
+            .client
             .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await;
@@ -163,6 +169,7 @@ impl StreamableHttpClient for UrlFreeErrors {
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
         let result = self
+            .client
             .client
             .get_stream_with_max_sse_event_size(
                 uri,

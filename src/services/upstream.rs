@@ -152,8 +152,8 @@ pub struct UpstreamService {
     settings: Arc<Settings>,
     url_policy: Arc<UrlPolicy>,
     pool: Pool,
-    /// One HTTP client for every remote connection.
-    http: reqwest::Client,
+    /// Where remote connections get their HTTP clients.
+    http: Arc<crate::mcp::UpstreamHttp>,
     /// Admin-defined servers every assistant is offered.
     globals: Arc<GlobalServers>,
     bindings: BindingCache,
@@ -174,17 +174,20 @@ impl UpstreamService {
         globals: Arc<GlobalServers>,
         bindings: BindingCache,
         user_facing: UserFacing,
-    ) -> Self {
+    ) -> Result<Self> {
         let UserFacing {
             oauth,
             elicitations,
             rate_limits,
         } = user_facing;
-        let http = crate::mcp::http_client(
+        let extra_ca_file = &settings.security.extra_ca_file;
+        let http = Arc::new(crate::mcp::UpstreamHttp::new(
             Duration::from_secs(settings.pool.connect_timeout_secs),
             url_policy.clone(),
-        );
-        Self {
+            settings.pool.sessions_per_http_client as usize,
+            (!extra_ca_file.is_empty()).then(|| std::path::Path::new(extra_ca_file)),
+        )?);
+        Ok(Self {
             store,
             settings,
             url_policy,
@@ -195,7 +198,7 @@ impl UpstreamService {
             rate_limits,
             oauth,
             elicitations,
-        }
+        })
     }
 
     /// A refusal for want of authorization, with what the owner needs to authorize.

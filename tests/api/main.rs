@@ -17,6 +17,7 @@ mod global_servers;
 mod grpc;
 mod health;
 mod helpers;
+mod http2_upstreams;
 mod isolation;
 mod keys;
 mod llm_script;

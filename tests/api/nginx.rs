@@ -26,7 +26,7 @@ use crate::helpers::{ADMIN_KEY, Reply, TestApp, into_reply, spawn_pool_app_with}
 use crate::upstreams::{eventually, free_port, text_of};
 
 /// Debian installs nginx into /usr/sbin, which is not on every user's PATH.
-fn nginx_binary() -> Option<PathBuf> {
+pub(crate) fn nginx_binary() -> Option<PathBuf> {
     ["nginx", "/usr/sbin/nginx"]
         .into_iter()
         .map(PathBuf::from)
@@ -40,7 +40,7 @@ fn nginx_binary() -> Option<PathBuf> {
 }
 
 /// From `nginx version: nginx/1.22.1` (written to stderr).
-fn nginx_version(binary: &Path) -> (u32, u32, u32) {
+pub(crate) fn nginx_version(binary: &Path) -> (u32, u32, u32) {
     let output = std::process::Command::new(binary)
         .arg("-v")
         .output()

@@ -1,0 +1,231 @@
+//! The HTTP clients remote upstream sessions (streamable HTTP, legacy SSE) use.
+//!
+//! Connections are kept alive, and HTTP/2 is spoken where a server offers it by ALPN. An
+//! HTTP/2 client puts every request to one server on one connection and never opens a
+//! second when the server's stream limit is reached (RFC 9113 §9.1; hyper follows it).
+//! Every MCP session holds a stream for as long as it lives (its standalone GET), so if
+//! all sessions shared one client, the session past the server's limit (nginx: 128) would
+//! wait forever, and every call of every user with it. Sessions therefore lease a client
+//! in groups of at most `sessions_per_client`: a server sees one connection per group.
+//!
+//! The TLS configuration, with its root store (~250 KiB once loaded), is built once and
+//! shared by every client.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::security::{GuardedResolver, UrlPolicy};
+
+/// Hands out HTTP clients, each to at most `sessions_per_client` sessions at once.
+pub struct UpstreamHttp {
+    tls: rustls::ClientConfig,
+    connect_timeout: Duration,
+    policy: Arc<UrlPolicy>,
+    sessions_per_client: usize,
+    clients: Mutex<Vec<Shared>>,
+}
+
+struct Shared {
+    client: reqwest::Client,
+    /// Sessions holding it.
+    sessions: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::Relaxed)
+    }
+}
+
+/// A session's client. The transport clones it into its tasks; the session's place in
+/// its group is given back when the last clone is dropped.
+#[derive(Clone)]
+pub struct LeasedClient {
+    pub client: reqwest::Client,
+    _lease: Arc<Lease>,
+}
+
+struct Lease(Arc<AtomicUsize>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for UpstreamHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamHttp")
+            .field("clients", &self.clients())
+            .field("sessions_per_client", &self.sessions_per_client)
+            .finish()
+    }
+}
+
+impl UpstreamHttp {
+    /// `extra_ca_file`: PEM certificates trusted besides the system's (a company CA).
+    pub fn new(
+        connect_timeout: Duration,
+        policy: Arc<UrlPolicy>,
+        sessions_per_client: usize,
+        extra_ca_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let extra_roots = match extra_ca_file {
+            Some(path) => read_certificates(path)?,
+            None => Vec::new(),
+        };
+        Ok(Self {
+            tls: tls_config(extra_roots)?,
+            connect_timeout,
+            policy,
+            sessions_per_client: sessions_per_client.max(1),
+            clients: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A client for one session: one whose group has room, else a new one. Clients no
+    /// session holds are dropped (with their idle connections), but for one kept ready.
+    pub fn lease(&self) -> LeasedClient {
+        let mut clients = self.clients.lock().expect("upstream http clients lock");
+        let mut idle_kept = false;
+        clients.retain(|shared| {
+            let keep = shared.sessions() > 0 || !idle_kept;
+            idle_kept |= shared.sessions() == 0;
+            keep
+        });
+        let index = match clients
+            .iter()
+            .position(|shared| shared.sessions() < self.sessions_per_client)
+        {
+            Some(index) => index,
+            None => {
+                clients.push(Shared {
+                    client: self.build(),
+                    sessions: Arc::default(),
+                });
+                clients.len() - 1
+            }
+        };
+        let shared = &clients[index];
+        shared.sessions.fetch_add(1, Ordering::Relaxed);
+        LeasedClient {
+            client: shared.client.clone(),
+            _lease: Arc::new(Lease(shared.sessions.clone())),
+        }
+    }
+
+    /// How many clients exist (each with its own connections).
+    pub fn clients(&self) -> usize {
+        self.clients
+            .lock()
+            .expect("upstream http clients lock")
+            .len()
+    }
+
+    fn build(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(self.tls.clone())
+            .connect_timeout(self.connect_timeout)
+            // Every address dialled comes from the URL policy's resolver, so no name can
+            // lead to an address the policy refuses.
+            .dns_resolver(GuardedResolver(self.policy.clone()))
+            // The URL was checked by the URL policy; a redirect would bypass that check.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("a reqwest client with a rustls configuration builds")
+    }
+}
+
+/// What reqwest builds for itself (the platform's roots through rustls-platform-verifier),
+/// plus the extra roots, offering HTTP/2 and HTTP/1.1 by ALPN.
+fn tls_config(
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+) -> anyhow::Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = if extra_roots.is_empty() {
+        rustls_platform_verifier::Verifier::new(provider.clone())
+    } else {
+        rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots, provider.clone())
+    }
+    .context("the TLS certificate verifier")?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("the TLS protocol versions")?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+fn read_certificates(
+    path: &Path,
+) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
+    let certificates = rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .and_then(|certificates| certificates.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("security.extra_ca_file {}", path.display()))?;
+    anyhow::ensure!(
+        !certificates.is_empty(),
+        "security.extra_ca_file {} holds no PEM certificate",
+        path.display()
+    );
+    Ok(certificates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream_http(per_client: usize) -> UpstreamHttp {
+        let policy = Arc::new(UrlPolicy::from_settings(
+            &crate::config::Settings::defaults().security,
+        ));
+        UpstreamHttp::new(Duration::from_secs(5), policy, per_client, None).unwrap()
+    }
+
+    #[test]
+    fn sessions_share_a_client_in_groups_and_unheld_clients_go() {
+        let http = upstream_http(2);
+        // A transport clones its client into its tasks: still one session.
+        let leases: Vec<(LeasedClient, LeasedClient)> = (0..5)
+            .map(|_| {
+                let lease = http.lease();
+                (lease.clone(), lease)
+            })
+            .collect();
+        assert_eq!(http.clients(), 3, "five sessions in groups of two");
+        drop(leases);
+        let again = http.lease();
+        assert_eq!(
+            http.clients(),
+            1,
+            "clients nobody holds are dropped but one"
+        );
+        let second = http.lease();
+        assert_eq!(http.clients(), 1, "a group with room is filled first");
+        drop((again, second));
+    }
+
+    #[test]
+    fn an_unreadable_or_empty_ca_file_is_refused_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let policy = Arc::new(UrlPolicy::from_settings(
+            &crate::config::Settings::defaults().security,
+        ));
+        for path in [empty, dir.path().join("missing.pem")] {
+            let error = UpstreamHttp::new(Duration::from_secs(5), policy.clone(), 1, Some(&path))
+                .expect_err("refused");
+            assert!(
+                format!("{error:#}").contains("security.extra_ca_file"),
+                "{error:#}"
+            );
+        }
+    }
+}
