@@ -209,7 +209,7 @@ pub async fn connect(
                     }
                 }
                 let transport = LegacySseTransport::connect(
-                    spec.http.lease(),
+                    spec.http.lease(url.expose()),
                     url,
                     headers,
                     challenges.clone(),
@@ -263,7 +263,7 @@ async fn serve_http(
         )
         .reinit_on_expired_session(true);
     let client = UrlFreeErrors {
-        client: spec.http.lease(),
+        client: spec.http.lease(url.expose()),
         challenges: challenges.clone(),
     };
     Ok(match manager {

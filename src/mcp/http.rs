@@ -1,18 +1,20 @@
 //! The HTTP clients remote upstream sessions (streamable HTTP, legacy SSE) use.
 //!
-//! Connections are kept alive, and HTTP/2 is spoken where a server offers it by ALPN. An
-//! HTTP/2 client puts every request to one server on one connection and never opens a
+//! Connections are kept alive, and HTTP/2 is spoken where a TLS server offers it by ALPN.
+//! An HTTP/2 client puts every request to one server on one connection and never opens a
 //! second when the server's stream limit is reached (RFC 9113 §9.1; hyper follows it).
 //! Every MCP session holds a stream for as long as it lives (its standalone GET), so if
 //! all sessions shared one client, the session past the server's limit (nginx: 128) would
-//! wait forever, and every call of every user with it. Sessions therefore lease a client
-//! in groups of at most `sessions_per_client`: a server sees one connection per group.
+//! wait forever, and every call of every user with it. Sessions on `https` servers
+//! therefore lease a client in groups of at most `sessions_per_client`: a server sees one
+//! connection per group, and a group's client goes (its idle connections closed) when its
+//! last session does. Plain `http` never becomes HTTP/2 (no ALPN), so those sessions share
+//! one client, whose idle HTTP/1.1 connections serve any of them.
 //!
 //! The TLS configuration, with its root store (~250 KiB once loaded), is built once and
 //! shared by every client.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,25 +22,31 @@ use anyhow::Context;
 
 use crate::security::{GuardedResolver, UrlPolicy};
 
-/// Hands out HTTP clients, each to at most `sessions_per_client` sessions at once.
+/// Hands out HTTP clients: one shared for `http`, and for `https` each to at most
+/// `sessions_per_client` sessions at once.
 pub struct UpstreamHttp {
+    plain: reqwest::Client,
+    groups: Arc<Groups>,
+}
+
+struct Groups {
     tls: rustls::ClientConfig,
     connect_timeout: Duration,
     policy: Arc<UrlPolicy>,
     sessions_per_client: usize,
-    clients: Mutex<Vec<Shared>>,
+    clients: Mutex<GroupClients>,
 }
 
-struct Shared {
+#[derive(Default)]
+struct GroupClients {
+    next_id: u64,
+    all: Vec<GroupClient>,
+}
+
+struct GroupClient {
+    id: u64,
     client: reqwest::Client,
-    /// Sessions holding it.
-    sessions: Arc<AtomicUsize>,
-}
-
-impl Shared {
-    fn sessions(&self) -> usize {
-        self.sessions.load(Ordering::Relaxed)
-    }
+    sessions: usize,
 }
 
 /// A session's client. The transport clones it into its tasks; the session's place in
@@ -46,22 +54,31 @@ impl Shared {
 #[derive(Clone)]
 pub struct LeasedClient {
     pub client: reqwest::Client,
-    _lease: Arc<Lease>,
+    _lease: Option<Arc<Lease>>,
 }
 
-struct Lease(Arc<AtomicUsize>);
+struct Lease {
+    groups: Arc<Groups>,
+    client: u64,
+}
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let mut clients = self.groups.lock();
+        if let Some(index) = clients.all.iter().position(|c| c.id == self.client) {
+            clients.all[index].sessions -= 1;
+            if clients.all[index].sessions == 0 {
+                clients.all.swap_remove(index);
+            }
+        }
     }
 }
 
 impl std::fmt::Debug for UpstreamHttp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamHttp")
-            .field("clients", &self.clients())
-            .field("sessions_per_client", &self.sessions_per_client)
+            .field("group_clients", &self.group_clients())
+            .field("sessions_per_client", &self.groups.sessions_per_client)
             .finish()
     }
 }
@@ -78,52 +95,66 @@ impl UpstreamHttp {
             Some(path) => read_certificates(path)?,
             None => Vec::new(),
         };
-        Ok(Self {
+        let groups = Groups {
             tls: tls_config(extra_roots)?,
             connect_timeout,
             policy,
             sessions_per_client: sessions_per_client.max(1),
-            clients: Mutex::new(Vec::new()),
+            clients: Mutex::default(),
+        };
+        Ok(Self {
+            plain: groups.build(),
+            groups: Arc::new(groups),
         })
     }
 
-    /// A client for one session: one whose group has room, else a new one. Clients no
-    /// session holds are dropped (with their idle connections), but for one kept ready.
-    pub fn lease(&self) -> LeasedClient {
-        let mut clients = self.clients.lock().expect("upstream http clients lock");
-        let mut idle_kept = false;
-        clients.retain(|shared| {
-            let keep = shared.sessions() > 0 || !idle_kept;
-            idle_kept |= shared.sessions() == 0;
-            keep
-        });
+    /// The client for one session on `url`: for `https`, one whose group has room, else
+    /// a new one.
+    pub fn lease(&self, url: &url::Url) -> LeasedClient {
+        if url.scheme() != "https" {
+            return LeasedClient {
+                client: self.plain.clone(),
+                _lease: None,
+            };
+        }
+        let mut clients = self.groups.lock();
         let index = match clients
+            .all
             .iter()
-            .position(|shared| shared.sessions() < self.sessions_per_client)
+            .position(|c| c.sessions < self.groups.sessions_per_client)
         {
             Some(index) => index,
             None => {
-                clients.push(Shared {
-                    client: self.build(),
-                    sessions: Arc::default(),
+                let id = clients.next_id;
+                clients.next_id += 1;
+                clients.all.push(GroupClient {
+                    id,
+                    client: self.groups.build(),
+                    sessions: 0,
                 });
-                clients.len() - 1
+                clients.all.len() - 1
             }
         };
-        let shared = &clients[index];
-        shared.sessions.fetch_add(1, Ordering::Relaxed);
+        let chosen = &mut clients.all[index];
+        chosen.sessions += 1;
         LeasedClient {
-            client: shared.client.clone(),
-            _lease: Arc::new(Lease(shared.sessions.clone())),
+            client: chosen.client.clone(),
+            _lease: Some(Arc::new(Lease {
+                groups: self.groups.clone(),
+                client: chosen.id,
+            })),
         }
     }
 
-    /// How many clients exist (each with its own connections).
-    pub fn clients(&self) -> usize {
-        self.clients
-            .lock()
-            .expect("upstream http clients lock")
-            .len()
+    /// How many `https` group clients exist (each with its own connections).
+    pub fn group_clients(&self) -> usize {
+        self.groups.lock().all.len()
+    }
+}
+
+impl Groups {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GroupClients> {
+        self.clients.lock().expect("upstream http clients lock")
     }
 
     fn build(&self) -> reqwest::Client {
@@ -189,26 +220,26 @@ mod tests {
     }
 
     #[test]
-    fn sessions_share_a_client_in_groups_and_unheld_clients_go() {
+    fn https_sessions_share_a_client_in_groups_and_a_client_goes_with_its_last_session() {
         let http = upstream_http(2);
+        let https = url::Url::parse("https://mcp.example.com/mcp").unwrap();
         // A transport clones its client into its tasks: still one session.
         let leases: Vec<(LeasedClient, LeasedClient)> = (0..5)
             .map(|_| {
-                let lease = http.lease();
+                let lease = http.lease(&https);
                 (lease.clone(), lease)
             })
             .collect();
-        assert_eq!(http.clients(), 3, "five sessions in groups of two");
+        assert_eq!(http.group_clients(), 3, "five sessions in groups of two");
+        let plain = url::Url::parse("http://mcp.example.com/mcp").unwrap();
+        let _plain: Vec<LeasedClient> = (0..5).map(|_| http.lease(&plain)).collect();
+        assert_eq!(http.group_clients(), 3, "plain http shares one client");
         drop(leases);
-        let again = http.lease();
-        assert_eq!(
-            http.clients(),
-            1,
-            "clients nobody holds are dropped but one"
-        );
-        let second = http.lease();
-        assert_eq!(http.clients(), 1, "a group with room is filled first");
-        drop((again, second));
+        assert_eq!(http.group_clients(), 0, "clients nobody holds are gone");
+        let first = http.lease(&https);
+        let second = http.lease(&https);
+        assert_eq!(http.group_clients(), 1, "a group with room is filled first");
+        drop((first, second));
     }
 
     #[test]
