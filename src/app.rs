@@ -58,10 +58,15 @@ impl Services {
         let url_policy = Arc::new(UrlPolicy::from_settings(&settings.security));
         let events = Arc::new(EventHub::new(settings.events.replay_buffer));
         let bindings = BindingCache::new(store.clone(), cluster.clone());
+        // Every client that dials a user-chosen URL: one TLS configuration, one resolver.
+        let upstream_http = Arc::new(crate::mcp::UpstreamHttp::from_settings(
+            &settings,
+            url_policy.clone(),
+        )?);
         let oauth = OAuthService::new(
             store.clone(),
             settings.clone(),
-            url_policy.clone(),
+            &upstream_http,
             events.clone(),
             pool.clone(),
             cluster.clone(),
@@ -83,7 +88,7 @@ impl Services {
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),
-            url_policy.clone(),
+            upstream_http,
             pool.clone(),
             Arc::new(GlobalServers::default()),
             bindings.clone(),
@@ -92,7 +97,7 @@ impl Services {
                 elicitations: elicitations.clone(),
                 rate_limits,
             },
-        )?;
+        );
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),
             events: events.clone(),

@@ -75,12 +75,11 @@ pub struct PolicyHttp {
 }
 
 impl PolicyHttp {
-    pub fn new(policy: Arc<crate::security::UrlPolicy>, timeout: Duration) -> Self {
+    /// On `http`'s TLS configuration (an operator's extra CA included) and resolver.
+    pub fn new(http: &crate::mcp::UpstreamHttp, timeout: Duration) -> Self {
         let build = |redirects: reqwest::redirect::Policy| {
-            reqwest::Client::builder()
-                .connect_timeout(timeout)
+            http.client_builder()
                 .timeout(timeout)
-                .dns_resolver(crate::security::GuardedResolver(policy.clone()))
                 .redirect(redirects)
                 .build()
                 .expect("a reqwest client with these options builds")

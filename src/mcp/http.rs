@@ -146,6 +146,30 @@ impl UpstreamHttp {
         }
     }
 
+    /// From `pool` and `security` settings.
+    pub fn from_settings(
+        settings: &crate::config::Settings,
+        policy: Arc<UrlPolicy>,
+    ) -> anyhow::Result<Self> {
+        let extra_ca_file = &settings.security.extra_ca_file;
+        Self::new(
+            Duration::from_secs(settings.pool.connect_timeout_secs),
+            policy,
+            settings.pool.sessions_per_http_client as usize,
+            (!extra_ca_file.is_empty()).then(|| Path::new(extra_ca_file)),
+        )
+    }
+
+    /// A builder for other clients that dial user-chosen URLs (OAuth): the same TLS
+    /// configuration (extra CA included), resolver and connect timeout.
+    pub fn client_builder(&self) -> reqwest::ClientBuilder {
+        self.groups.builder()
+    }
+
+    pub fn url_policy(&self) -> &Arc<UrlPolicy> {
+        &self.groups.policy
+    }
+
     /// How many `https` group clients exist (each with its own connections).
     pub fn group_clients(&self) -> usize {
         self.groups.lock().all.len()
@@ -157,13 +181,17 @@ impl Groups {
         self.clients.lock().expect("upstream http clients lock")
     }
 
-    fn build(&self) -> reqwest::Client {
+    fn builder(&self) -> reqwest::ClientBuilder {
         reqwest::Client::builder()
             .tls_backend_preconfigured(self.tls.clone())
             .connect_timeout(self.connect_timeout)
             // Every address dialled comes from the URL policy's resolver, so no name can
             // lead to an address the policy refuses.
             .dns_resolver(GuardedResolver(self.policy.clone()))
+    }
+
+    fn build(&self) -> reqwest::Client {
+        self.builder()
             // The URL was checked by the URL policy; a redirect would bypass that check.
             .redirect(reqwest::redirect::Policy::none())
             .build()

@@ -31,7 +31,6 @@ use crate::mcp::McpError;
 use crate::mcp::auth::{AuthChallenge, UpstreamAuth};
 use crate::oauth::{CapturedState, OAuthError, PolicyHttp, TokenStore};
 use crate::pool::Pool;
-use crate::security::UrlPolicy;
 use crate::store::{Grant, PendingFlow, Store, TokenRecord};
 
 /// What a new authorization gives its user: the URL to open, valid until `expires_at`.
@@ -158,13 +157,13 @@ impl OAuthService {
     pub fn new(
         store: Store,
         settings: Arc<Settings>,
-        url_policy: Arc<UrlPolicy>,
+        upstream_http: &crate::mcp::UpstreamHttp,
         events: Arc<EventHub>,
         pool: Pool,
         cluster: Cluster,
     ) -> Self {
         let http = Arc::new(PolicyHttp::new(
-            url_policy,
+            upstream_http,
             Duration::from_secs(settings.pool.connect_timeout_secs),
         ));
         Self {

@@ -169,28 +169,21 @@ impl UpstreamService {
     pub fn new(
         store: Store,
         settings: Arc<Settings>,
-        url_policy: Arc<UrlPolicy>,
+        http: Arc<crate::mcp::UpstreamHttp>,
         pool: Pool,
         globals: Arc<GlobalServers>,
         bindings: BindingCache,
         user_facing: UserFacing,
-    ) -> Result<Self> {
+    ) -> Self {
         let UserFacing {
             oauth,
             elicitations,
             rate_limits,
         } = user_facing;
-        let extra_ca_file = &settings.security.extra_ca_file;
-        let http = Arc::new(crate::mcp::UpstreamHttp::new(
-            Duration::from_secs(settings.pool.connect_timeout_secs),
-            url_policy.clone(),
-            settings.pool.sessions_per_http_client as usize,
-            (!extra_ca_file.is_empty()).then(|| std::path::Path::new(extra_ca_file)),
-        )?);
-        Ok(Self {
+        Self {
+            url_policy: http.url_policy().clone(),
             store,
             settings,
-            url_policy,
             pool,
             http,
             globals,
@@ -198,7 +191,7 @@ impl UpstreamService {
             rate_limits,
             oauth,
             elicitations,
-        })
+        }
     }
 
     /// A refusal for want of authorization, with what the owner needs to authorize.
