@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -21,7 +21,7 @@ use tokio::process::{Child, Command};
 
 use crate::helpers::spawn_pool_app_with;
 use crate::nginx::{nginx_binary, nginx_version};
-use crate::upstreams::{HttpUpstream, free_port};
+use crate::upstreams::{HttpUpstream, free_port, wait_listening};
 
 /// Streams nginx lets one HTTP/2 connection have open at once.
 const STREAMS_PER_CONNECTION: u32 = 4;
@@ -99,14 +99,7 @@ http {{
             .kill_on_drop(true)
             .spawn()
             .expect("nginx starts");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "nginx did not listen");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(port, Duration::from_secs(10), "nginx").await;
         Self {
             base: format!("https://127.0.0.1:{port}"),
             ca_file: path("ca.pem"),

@@ -162,14 +162,7 @@ impl HttpUpstream {
     /// `child` as an upstream at `http://127.0.0.1:{port}`, once it accepts connections
     /// there (within `within`).
     async fn once_listening(child: Child, port: u16, within: Duration, what: &str) -> Self {
-        let deadline = Instant::now() + within;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "{what} did not start listening");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(port, within, what).await;
         Self {
             base: format!("http://127.0.0.1:{port}"),
             child,
@@ -186,6 +179,18 @@ impl HttpUpstream {
 
     pub async fn kill(mut self) {
         self.child.kill().await.ok();
+    }
+}
+
+/// Returns once something accepts connections on `127.0.0.1:{port}` (within `within`).
+pub async fn wait_listening(port: u16, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "{what} did not start listening");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
