@@ -120,6 +120,13 @@ impl Store {
         let options = |max: u32| {
             let mut options = ConnectOptions::new(url.clone());
             options.max_connections(max).sqlx_logging(false);
+            // The pool's default pings a connection on every checkout: on SQLite one more
+            // hop to its worker thread per statement (per transaction), taken while the
+            // single writer is held, for a file handle that cannot go stale. PostgreSQL
+            // keeps the ping: it is what replaces a connection the server dropped.
+            if is_sqlite {
+                options.test_before_acquire(false);
+            }
             options
         };
         let db = if is_sqlite && sqlite_file_dir(&url).is_some() {

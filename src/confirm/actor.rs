@@ -79,8 +79,16 @@ impl ActorState {
         let repo = self.deps.store.messages();
         let me = self.deps.cluster.me();
         if self.exists {
+            let open = self.open_count();
             let added = repo
-                .add_tool_calls(&self.user, self.message, &self.records[first..], first, me)
+                .add_tool_calls(
+                    &self.user,
+                    self.message,
+                    &self.records[first..],
+                    first,
+                    me,
+                    open,
+                )
                 .await?;
             return self.fence_unless(added);
         }
@@ -106,12 +114,13 @@ impl ActorState {
     /// caller announces only after this succeeded.
     async fn persist(&mut self, indices: &[usize]) -> Result<()> {
         let me = self.deps.cluster.me();
+        let open = self.open_count();
         let records: Vec<&ToolCallRecord> = indices.iter().map(|&i| &self.records[i]).collect();
         let saved = self
             .deps
             .store
             .messages()
-            .update_tool_calls(&self.user, self.message, &records, me)
+            .update_tool_calls(&self.user, self.message, &records, me, open)
             .await?;
         self.fence_unless(saved)
     }
@@ -229,6 +238,12 @@ impl ActorState {
 
     fn open(&self) -> bool {
         self.records.iter().any(|r| r.status.is_open())
+    }
+
+    /// The message's calls still open: this actor holds all of them, so it tells the
+    /// store the count with each write instead of the store counting rows.
+    fn open_count(&self) -> usize {
+        self.records.iter().filter(|r| r.status.is_open()).count()
     }
 
     fn stop_if_done(&mut self, myself: &ActorRef<ConfirmMsg>) {

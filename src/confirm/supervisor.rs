@@ -144,7 +144,11 @@ impl SupervisorState {
         }
         if !settled.is_empty() {
             let records: Vec<_> = settled.iter().map(|&i| &stored.tool_calls[i]).collect();
-            if !repo.update_tool_calls(&user, message, &records, me).await? {
+            // Every open call is settled here: none is left open.
+            if !repo
+                .update_tool_calls(&user, message, &records, me, 0)
+                .await?
+            {
                 return Ok(0);
             }
             for index in &settled {

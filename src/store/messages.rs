@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, sea_query::Expr,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    sea_query::Expr,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::entities::{message, tool_call};
 use super::instances::ids;
 use super::{Db, StoreError, corrupt};
-use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{InstanceId, ToolCallRecord, UserId};
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -102,7 +102,8 @@ impl MessageRepo {
 
     /// Adds records to the message, after the `first_position` it already has, if `owner`
     /// still holds it; `false` when another instance took it over (this one was presumed
-    /// dead): its copy is stale.
+    /// dead): its copy is stale. `open_calls`: how many of the message's calls are open
+    /// once this is written (its writer holds them all).
     pub async fn add_tool_calls(
         &self,
         user: &UserId,
@@ -110,30 +111,29 @@ impl MessageRepo {
         calls: &[ToolCallRecord],
         first_position: usize,
         owner: InstanceId,
+        open_calls: usize,
     ) -> Result<bool, StoreError> {
-        let Some(txn) = self.write_as_owner(user, id, owner).await? else {
+        let Some(txn) = self.write_as_owner(user, id, owner, open_calls).await? else {
             return Ok(false);
         };
         insert_records(&txn, id, calls, first_position, crate::domain::now()).await?;
-        if calls.iter().any(|c| c.status.is_open()) {
-            recount_open(&txn, id).await?;
-        }
         txn.commit().await?;
         Ok(true)
     }
 
     /// Writes these records' status and outcome (one row each; records settled alike
     /// share one statement) if `owner` still holds the message; `false` when another
-    /// instance took it over. Nothing else of the message is written, except its count of
-    /// open calls when a record settled.
+    /// instance took it over. Nothing else of the message is written but its count of
+    /// open calls, `open_calls` once this is written (its writer holds them all).
     pub async fn update_tool_calls(
         &self,
         user: &UserId,
         id: Uuid,
         calls: &[&ToolCallRecord],
         owner: InstanceId,
+        open_calls: usize,
     ) -> Result<bool, StoreError> {
-        let Some(txn) = self.write_as_owner(user, id, owner).await? else {
+        let Some(txn) = self.write_as_owner(user, id, owner, open_calls).await? else {
             return Ok(false);
         };
         let now = crate::domain::now();
@@ -165,23 +165,23 @@ impl MessageRepo {
                     .await?;
             }
         }
-        if calls.iter().any(|c| !c.status.is_open()) {
-            recount_open(&txn, id).await?;
-        }
         txn.commit().await?;
         Ok(true)
     }
 
-    /// A transaction in which `owner` is the message's writer, or `None` when another
-    /// instance holds it. The message row stays locked until the end of the transaction
-    /// (PostgreSQL: `FOR UPDATE`; SQLite: the write lock taken by `BEGIN IMMEDIATE`), so
-    /// a claim either commits before (and this write is refused) or waits for it (and
-    /// sees the open calls it leaves).
+    /// A transaction in which `owner` is the message's writer, its count of open calls
+    /// already set, or `None` when another instance holds it. One statement both checks
+    /// and takes the message row (PostgreSQL: its row lock; SQLite: the write lock taken
+    /// by `BEGIN IMMEDIATE`) until the end of the transaction, so a claim either commits
+    /// before (and this write is refused) or waits for it (and sees the open calls it
+    /// leaves). The message row is written first, as a deletion of the message locks it
+    /// before its records.
     async fn write_as_owner(
         &self,
         user: &UserId,
         id: Uuid,
         owner: InstanceId,
+        open_calls: usize,
     ) -> Result<Option<DatabaseTransaction>, StoreError> {
         let txn = self
             .db
@@ -191,31 +191,19 @@ impl MessageRepo {
                 ..Default::default()
             })
             .await?;
-        let held: Option<Option<Uuid>> = message::Entity::find_by_id(id)
-            .select_only()
-            .column(message::Column::OwnerInstance)
+        let held = message::Entity::update_many()
+            .col_expr(message::Column::OwnerInstance, Expr::value(owner.0))
+            .col_expr(message::Column::OpenCalls, Expr::value(open_calls as i32))
+            .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
             .filter(
                 Condition::any()
                     .add(message::Column::OwnerInstance.is_null())
                     .add(message::Column::OwnerInstance.eq(owner.0)),
             )
-            .lock_exclusive()
-            .into_tuple()
-            .one(&txn)
+            .exec(&txn)
             .await?;
-        match held {
-            None => Ok(None),
-            Some(Some(_)) => Ok(Some(txn)),
-            Some(None) => {
-                message::Entity::update_many()
-                    .col_expr(message::Column::OwnerInstance, Expr::value(owner.0))
-                    .filter(message::Column::Id.eq(id))
-                    .exec(&txn)
-                    .await?;
-                Ok(Some(txn))
-            }
-        }
+        Ok((held.rows_affected > 0).then_some(txn))
     }
 
     /// Makes `me` the writer of the message's calls if nobody else holds open calls of
@@ -375,24 +363,6 @@ async fn insert_records(
             .exec_without_returning(txn)
             .await?;
     }
-    Ok(())
-}
-
-/// Brings `messages.open_calls` in line with the message's rows (under the writer's lock).
-async fn recount_open(txn: &DatabaseTransaction, message: Uuid) -> Result<(), StoreError> {
-    let open = tool_call::Entity::find()
-        .filter(tool_call::Column::MessageId.eq(message))
-        .filter(tool_call::Column::Status.is_in([
-            ToolCallStatus::Pending.as_str(),
-            ToolCallStatus::Invoking.as_str(),
-        ]))
-        .count(txn)
-        .await?;
-    message::Entity::update_many()
-        .col_expr(message::Column::OpenCalls, Expr::value(open as i32))
-        .filter(message::Column::Id.eq(message))
-        .exec(txn)
-        .await?;
     Ok(())
 }
 
