@@ -22,6 +22,7 @@ mod audit;
 mod conversations;
 pub mod entities;
 mod gateway;
+mod group_commit;
 mod instances;
 mod messages;
 mod notify;
@@ -83,6 +84,9 @@ pub struct Store {
 struct Db {
     read: DatabaseConnection,
     write: DatabaseConnection,
+    /// Writes of tool calls and audit rows: grouped on the SQLite file's writer, direct
+    /// elsewhere.
+    grouped_writes: group_commit::Writes,
 }
 
 /// The URL the service actually connects to: the configured one, or the embedded SQLite
@@ -139,13 +143,18 @@ impl Store {
             // create the WAL files when it is the first to open the database.
             readers.map_sqlx_sqlite_opts(|opts| opts.pragma("query_only", "ON"));
             let read = Database::connect(readers).await?;
-            Db { read, write }
+            Db {
+                read,
+                grouped_writes: group_commit::Writes::grouped(write.clone()),
+                write,
+            }
         } else {
             let mut shared = options(settings.database.max_connections);
             shared.map_sqlx_sqlite_opts(sqlite_options);
             let db = Database::connect(shared).await?;
             Db {
                 read: db.clone(),
+                grouped_writes: group_commit::Writes::Direct(db.clone()),
                 write: db,
             }
         };
@@ -173,7 +182,7 @@ impl Store {
     }
 
     pub async fn close(self) {
-        let Db { read, write } = self.db;
+        let Db { read, write, .. } = self.db;
         let _ = read.close().await;
         let _ = write.close().await;
     }

@@ -2,13 +2,15 @@
 //! (never the call's arguments), read newest first, filtered and paged for the console.
 
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
 };
 use uuid::Uuid;
 
 use super::entities::audit_entry;
+use super::group_commit::GroupedWrite;
 use super::{Db, StoreError};
 use crate::domain::{ToolCallStatus, UserId};
 
@@ -84,8 +86,10 @@ impl AuditRepo {
         Self { db }
     }
 
+    /// Appends the row; on the SQLite file in a transaction it may share with other
+    /// writes queued at the same moment (see `group_commit`).
     pub async fn record(&self, entry: AuditEntry) -> Result<(), StoreError> {
-        audit_entry::Entity::insert(audit_entry::ActiveModel {
+        let row = audit_entry::ActiveModel {
             id: Set(Uuid::now_v7()),
             user_id: Set(entry.user_id.as_str().to_owned()),
             mcp_server_id: Set(entry.server_id),
@@ -97,9 +101,15 @@ impl AuditRepo {
             latency_ms: Set(entry.latency_ms),
             decided_by: Set(entry.decided_by.map(|id| id.to_string())),
             created_at: Set(crate::domain::now()),
-        })
-        .exec_without_returning(&self.db.write)
-        .await?;
+        };
+        if self.db.grouped_writes.is_grouped() {
+            self.db.grouped_writes.apply(AuditWrite(row)).await?;
+        } else {
+            // Alone, one statement needs no transaction of its own.
+            audit_entry::Entity::insert(row)
+                .exec_without_returning(&self.db.write)
+                .await?;
+        }
         Ok(())
     }
 
@@ -155,5 +165,22 @@ impl AuditRepo {
             })
             .collect();
         Ok((rows, total))
+    }
+}
+
+/// An audit row to append.
+struct AuditWrite(audit_entry::ActiveModel);
+
+impl GroupedWrite for AuditWrite {
+    fn apply<'a>(
+        &'a self,
+        txn: &'a DatabaseTransaction,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            audit_entry::Entity::insert(self.0.clone())
+                .exec_without_returning(txn)
+                .await?;
+            Ok(true)
+        })
     }
 }

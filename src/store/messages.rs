@@ -3,18 +3,19 @@
 
 use std::collections::HashMap;
 
+use futures::future::BoxFuture;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, SqliteTransactionMode, TransactionOptions, TransactionTrait,
-    sea_query::Expr,
+    QueryOrder, QuerySelect, TransactionTrait, sea_query::Expr,
 };
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::entities::{message, tool_call};
+use super::group_commit::GroupedWrite;
 use super::instances::ids;
 use super::{Db, StoreError, corrupt};
-use crate::domain::{InstanceId, ToolCallRecord, UserId};
+use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -113,12 +114,12 @@ impl MessageRepo {
         owner: InstanceId,
         open_calls: usize,
     ) -> Result<bool, StoreError> {
-        let Some(txn) = self.write_as_owner(user, id, owner, open_calls).await? else {
-            return Ok(false);
+        let change = RecordsChange::Add {
+            calls: calls.to_vec(),
+            first_position,
         };
-        insert_records(&txn, id, calls, first_position, crate::domain::now()).await?;
-        txn.commit().await?;
-        Ok(true)
+        self.write_as_owner(user, id, owner, open_calls, change)
+            .await
     }
 
     /// Writes these records' status and outcome (one row each; records settled alike
@@ -133,77 +134,49 @@ impl MessageRepo {
         owner: InstanceId,
         open_calls: usize,
     ) -> Result<bool, StoreError> {
-        let Some(txn) = self.write_as_owner(user, id, owner, open_calls).await? else {
-            return Ok(false);
-        };
-        let now = crate::domain::now();
         // Records with the same outcome (a shutdown cancels thousands alike).
-        let mut groups: Vec<(&ToolCallRecord, Vec<&str>)> = Vec::new();
+        let mut outcomes: Vec<Outcome> = Vec::new();
         for call in calls {
-            match groups.iter_mut().find(|(first, _)| {
-                first.status == call.status
-                    && first.is_error == call.is_error
-                    && first.response == call.response
+            match outcomes.iter_mut().find(|outcome| {
+                outcome.status == call.status
+                    && outcome.is_error == call.is_error
+                    && outcome.response == call.response
             }) {
-                Some((_, ids)) => ids.push(&call.id),
-                None => groups.push((call, vec![&call.id])),
+                Some(outcome) => outcome.ids.push(call.id.clone()),
+                None => outcomes.push(Outcome {
+                    status: call.status,
+                    response: call.response.clone(),
+                    is_error: call.is_error,
+                    ids: vec![call.id.clone()],
+                }),
             }
         }
-        for (outcome, call_ids) in groups {
-            for chunk in call_ids.chunks(IN_CHUNK) {
-                tool_call::Entity::update_many()
-                    .set(tool_call::ActiveModel {
-                        status: Set(outcome.status.as_str().to_owned()),
-                        response: Set(outcome.response.clone()),
-                        is_error: Set(outcome.is_error),
-                        updated_at: Set(now),
-                        ..Default::default()
-                    })
-                    .filter(tool_call::Column::MessageId.eq(id))
-                    .filter(tool_call::Column::Id.is_in(chunk.iter().copied()))
-                    .exec(&txn)
-                    .await?;
-            }
-        }
-        txn.commit().await?;
-        Ok(true)
+        let change = RecordsChange::Update(outcomes);
+        self.write_as_owner(user, id, owner, open_calls, change)
+            .await
     }
 
-    /// A transaction in which `owner` is the message's writer, its count of open calls
-    /// already set, or `None` when another instance holds it. One statement both checks
-    /// and takes the message row (PostgreSQL: its row lock; SQLite: the write lock taken
-    /// by `BEGIN IMMEDIATE`) until the end of the transaction, so a claim either commits
-    /// before (and this write is refused) or waits for it (and sees the open calls it
-    /// leaves). The message row is written first, as a deletion of the message locks it
-    /// before its records.
+    /// Makes `change` as `owner`, the message's writer, in a transaction the store may
+    /// share with other such writes (see `group_commit`); `false` when another instance
+    /// holds the message, and nothing was written.
     async fn write_as_owner(
         &self,
         user: &UserId,
         id: Uuid,
         owner: InstanceId,
         open_calls: usize,
-    ) -> Result<Option<DatabaseTransaction>, StoreError> {
-        let txn = self
-            .db
-            .write
-            .begin_with_options(TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                ..Default::default()
+        change: RecordsChange,
+    ) -> Result<bool, StoreError> {
+        self.db
+            .grouped_writes
+            .apply(RecordsWrite {
+                user: user.as_str().to_owned(),
+                message: id,
+                owner,
+                open_calls,
+                change,
             })
-            .await?;
-        let held = message::Entity::update_many()
-            .col_expr(message::Column::OwnerInstance, Expr::value(owner.0))
-            .col_expr(message::Column::OpenCalls, Expr::value(open_calls as i32))
-            .filter(message::Column::Id.eq(id))
-            .filter(message::Column::UserId.eq(user.as_str()))
-            .filter(
-                Condition::any()
-                    .add(message::Column::OwnerInstance.is_null())
-                    .add(message::Column::OwnerInstance.eq(owner.0)),
-            )
-            .exec(&txn)
-            .await?;
-        Ok((held.rows_affected > 0).then_some(txn))
+            .await
     }
 
     /// Makes `me` the writer of the message's calls if nobody else holds open calls of
@@ -366,6 +339,100 @@ async fn insert_records(
     Ok(())
 }
 
+/// A change to a message's records, made only by the instance holding the message.
+struct RecordsWrite {
+    user: String,
+    message: Uuid,
+    owner: InstanceId,
+    /// The message's open calls once the change is made.
+    open_calls: usize,
+    change: RecordsChange,
+}
+
+enum RecordsChange {
+    /// New records from this position on.
+    Add {
+        calls: Vec<ToolCallRecord>,
+        first_position: usize,
+    },
+    /// New status and outcome for existing records.
+    Update(Vec<Outcome>),
+}
+
+/// One outcome shared by the records `ids`.
+struct Outcome {
+    status: ToolCallStatus,
+    response: Value,
+    is_error: bool,
+    ids: Vec<String>,
+}
+
+impl GroupedWrite for RecordsWrite {
+    fn apply<'a>(
+        &'a self,
+        txn: &'a DatabaseTransaction,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            if !self.hold(txn).await? {
+                return Ok(false);
+            }
+            let now = crate::domain::now();
+            match &self.change {
+                RecordsChange::Add {
+                    calls,
+                    first_position,
+                } => insert_records(txn, self.message, calls, *first_position, now).await?,
+                RecordsChange::Update(outcomes) => {
+                    for outcome in outcomes {
+                        for chunk in outcome.ids.chunks(IN_CHUNK) {
+                            tool_call::Entity::update_many()
+                                .set(tool_call::ActiveModel {
+                                    status: Set(outcome.status.as_str().to_owned()),
+                                    response: Set(outcome.response.clone()),
+                                    is_error: Set(outcome.is_error),
+                                    updated_at: Set(now),
+                                    ..Default::default()
+                                })
+                                .filter(tool_call::Column::MessageId.eq(self.message))
+                                .filter(tool_call::Column::Id.is_in(chunk.iter().cloned()))
+                                .exec(txn)
+                                .await?;
+                        }
+                    }
+                }
+            }
+            Ok(true)
+        })
+    }
+}
+
+impl RecordsWrite {
+    /// Whether `owner` is the message's writer, taking the message row (and setting its
+    /// count of open calls) if so. One statement both checks and takes it (PostgreSQL:
+    /// its row lock; SQLite: the write lock of `BEGIN IMMEDIATE`) until the end of the
+    /// transaction, so a claim either commits before (and this write is refused, having
+    /// written nothing) or waits for it (and sees the open calls it leaves). The message
+    /// row goes first, as deleting a message locks it before its records.
+    async fn hold(&self, txn: &DatabaseTransaction) -> Result<bool, StoreError> {
+        let held = message::Entity::update_many()
+            .col_expr(message::Column::OwnerInstance, Expr::value(self.owner.0))
+            .col_expr(
+                message::Column::OpenCalls,
+                Expr::value(self.open_calls as i32),
+            )
+            .filter(message::Column::Id.eq(self.message))
+            .filter(message::Column::UserId.eq(self.user.as_str()))
+            .filter(
+                Condition::any()
+                    .add(message::Column::OwnerInstance.is_null())
+                    .add(message::Column::OwnerInstance.eq(self.owner.0)),
+            )
+            .exec(txn)
+            .await?;
+        Ok(held.rows_affected > 0)
+    }
+}
+
 fn record(row: tool_call::Model) -> Result<ToolCallRecord, StoreError> {
     let status = serde_json::from_value(Value::String(row.status))
         .map_err(|e| corrupt("tool_calls.status", e))?;
@@ -403,4 +470,149 @@ fn to_domain(
         created_at: row.created_at,
         updated_at,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::security::Cipher;
+    use crate::store::Store;
+
+    fn call(id: &str, status: ToolCallStatus) -> ToolCallRecord {
+        ToolCallRecord {
+            id: id.into(),
+            server_id: None,
+            server_name: Some("fx".into()),
+            tool_name: Some("echo".into()),
+            display_name: "mcp__fx__echo".into(),
+            arguments: json!({}),
+            status,
+            response: Value::Null,
+            is_error: false,
+        }
+    }
+
+    /// Record writes issued together on the SQLite file share transactions (group
+    /// commit), yet each answers for itself: one refused (its message held by another
+    /// instance) writes nothing while the rest of its group lands with their messages'
+    /// counts of open calls; one failing (a duplicate call id) fails alone, the others
+    /// in its group landing once retried on their own.
+    #[tokio::test]
+    async fn record_writes_issued_together_each_answer_for_themselves() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut settings = Settings::defaults();
+        settings.storage.data_dir = dir.path().to_owned();
+        let cipher = Arc::new(Cipher::from_key(&[7; 32]).expect("a 32-byte key"));
+        let store = Store::connect(&settings, cipher).await.expect("connects");
+        store.migrate().await.expect("migrates");
+        let repo = store.messages();
+        let user = UserId::parse("u1").expect("a user id");
+        let (me, other) = (InstanceId::generate(), InstanceId::generate());
+        let mut ids = Vec::new();
+        for n in 0..40 {
+            let id = Uuid::now_v7();
+            let now = crate::domain::now();
+            repo.insert(&StoredMessage {
+                id,
+                user_id: user.clone(),
+                conversation_id: None,
+                role: "assistant".into(),
+                content: String::new(),
+                tool_calls: vec![call("c0", ToolCallStatus::Pending)],
+                metadata: None,
+                owner_instance: Some(if n == 7 { other } else { me }),
+                created_at: now,
+                updated_at: now,
+            })
+            .await
+            .expect("inserts");
+            ids.push(id);
+        }
+        let open_ids = |open: Vec<StoredMessage>| -> Vec<Uuid> {
+            let mut ids: Vec<Uuid> = open.iter().map(|m| m.id).collect();
+            ids.sort();
+            ids
+        };
+
+        // Every message's call settles at once; #7's is refused.
+        let done = ToolCallRecord {
+            response: json!([{"type": "text", "text": "ok"}]),
+            ..call("c0", ToolCallStatus::Done)
+        };
+        let settled = [&done];
+        let settles = ids
+            .iter()
+            .map(|&id| repo.update_tool_calls(&user, id, &settled, me, 0));
+        for (n, answer) in futures::future::join_all(settles).await.iter().enumerate() {
+            let applied = *answer.as_ref().expect("no write fails");
+            assert_eq!(applied, n != 7, "#{n} applied: {applied}");
+        }
+        let open = repo.with_open_calls(&user, 100).await.expect("reads");
+        assert_eq!(open_ids(open), vec![ids[7]], "only the refused stays open");
+        let refused = repo
+            .get(&user, ids[7])
+            .await
+            .expect("reads")
+            .expect("exists");
+        assert_eq!(refused.tool_calls[0].status, ToolCallStatus::Pending);
+        assert_eq!(refused.owner_instance, Some(other));
+        let landed = repo
+            .get(&user, ids[30])
+            .await
+            .expect("reads")
+            .expect("exists");
+        assert_eq!(landed.tool_calls[0].status, ToolCallStatus::Done);
+        assert_eq!(landed.tool_calls[0].response, done.response);
+
+        // A new parked call on every message I hold at once; #21's reuses an id.
+        let fresh = [call("c1", ToolCallStatus::Pending)];
+        let duplicate = [call("c0", ToolCallStatus::Pending)];
+        let adds = ids
+            .iter()
+            .enumerate()
+            .filter(|&(n, _)| n != 7)
+            .map(|(n, &id)| {
+                let calls = if n == 21 { &duplicate } else { &fresh };
+                repo.add_tool_calls(&user, id, calls, 1, me, 1)
+            });
+        let answers = futures::future::join_all(adds).await;
+        let failed: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter(|(_, answer)| answer.is_err())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(failed, vec![20], "only #21 (20th of the adds) fails");
+        assert!(answers.iter().flatten().all(|&applied| applied));
+        let open = repo.with_open_calls(&user, 100).await.expect("reads");
+        let mut expected: Vec<Uuid> = (0..40).filter(|&n| n != 21).map(|n| ids[n]).collect();
+        expected.sort();
+        assert_eq!(
+            open_ids(open),
+            expected,
+            "#21 stays settled, the others open"
+        );
+        let failed = repo
+            .get(&user, ids[21])
+            .await
+            .expect("reads")
+            .expect("exists");
+        assert_eq!(
+            failed.tool_calls.len(),
+            1,
+            "nothing of the failed write stays"
+        );
+        let added = repo
+            .get(&user, ids[30])
+            .await
+            .expect("reads")
+            .expect("exists");
+        assert_eq!(added.tool_calls.len(), 2);
+        assert_eq!(added.tool_calls[1].id, "c1");
+    }
 }
