@@ -19,6 +19,7 @@ use crate::security::Cipher;
 mod api_keys;
 mod assistants;
 mod audit;
+mod checkpoints;
 mod conversations;
 pub mod entities;
 mod gateway;
@@ -87,6 +88,8 @@ struct Db {
     /// Writes of tool calls and audit rows: grouped on the SQLite file's writer, direct
     /// elsewhere.
     grouped_writes: group_commit::Writes,
+    /// The SQLite file's WAL checkpoints, off the writer (none elsewhere).
+    checkpoints: Option<checkpoints::Checkpoints>,
 }
 
 /// The URL the service actually connects to: the configured one, or the embedded SQLite
@@ -136,7 +139,10 @@ impl Store {
         let db = if is_sqlite && sqlite_file_dir(&url).is_some() {
             // The writer first: it creates the file and switches it to WAL.
             let mut writer = options(1);
-            writer.map_sqlx_sqlite_opts(sqlite_options);
+            // Its checkpoints are the `checkpoints` task's, not a commit's.
+            writer.map_sqlx_sqlite_opts(move |opts| {
+                sqlite_options(opts).pragma("wal_autocheckpoint", "0")
+            });
             let write = Database::connect(writer).await?;
             let mut readers = options(settings.database.max_connections);
             // `query_only` rather than a read-only open: a read-only connection cannot
@@ -144,6 +150,7 @@ impl Store {
             readers.map_sqlx_sqlite_opts(|opts| opts.pragma("query_only", "ON"));
             let read = Database::connect(readers).await?;
             Db {
+                checkpoints: Some(checkpoints::Checkpoints::start(read.clone(), write.clone())),
                 read,
                 grouped_writes: group_commit::Writes::grouped(write.clone()),
                 write,
@@ -155,6 +162,7 @@ impl Store {
             Db {
                 read: db.clone(),
                 grouped_writes: group_commit::Writes::Direct(db.clone()),
+                checkpoints: None,
                 write: db,
             }
         };
@@ -182,6 +190,9 @@ impl Store {
     }
 
     pub async fn close(self) {
+        if let Some(checkpoints) = &self.db.checkpoints {
+            checkpoints.stop();
+        }
         let Db { read, write, .. } = self.db;
         let _ = read.close().await;
         let _ = write.close().await;
