@@ -103,13 +103,35 @@ impl From<rmcp::service::ServiceError> for McpError {
                 message: data.message.to_string(),
             },
             E::Timeout { timeout } => McpError::Timeout(timeout),
-            E::TransportSend(e) => McpError::Transport(e.to_string()),
+            E::TransportSend(e) => match refusal(&e) {
+                Some(challenge) => McpError::AuthRequired(challenge),
+                None => McpError::Transport(e.to_string()),
+            },
             E::TransportClosed => McpError::Transport("transport closed".into()),
             E::Cancelled { reason } => {
                 McpError::Transport(reason.unwrap_or_else(|| "request cancelled".into()))
             }
             other => McpError::Protocol(other.to_string()),
         }
+    }
+}
+
+/// The challenge a streamable HTTP request was refused with (401, or 403
+/// `insufficient_scope`), read from that request's own error: the connection's
+/// last-challenge note (`auth::ChallengeSlot`) may meanwhile have been cleared by another
+/// request's success.
+fn refusal(error: &rmcp::transport::DynamicTransportError) -> Option<auth::AuthChallenge> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError as Http;
+    match error.error.downcast_ref::<Http<reqwest::Error>>()? {
+        Http::AuthRequired(refused) => Some(auth::AuthChallenge {
+            www_authenticate: refused.www_authenticate_header.clone(),
+            insufficient_scope: false,
+        }),
+        Http::InsufficientScope(refused) => Some(auth::AuthChallenge {
+            www_authenticate: refused.www_authenticate_header.clone(),
+            insufficient_scope: true,
+        }),
+        _ => None,
     }
 }
 
@@ -123,5 +145,39 @@ mod tests {
         assert_eq!(short.chars().count(), 201);
         assert!(short.ends_with('…'));
         assert_eq!(super::excerpt("as is"), "as is");
+    }
+
+    /// A request refused for scopes fails as that refusal by itself, whatever the
+    /// connection's last-challenge note says by the time its error is read.
+    #[test]
+    fn a_refused_requests_own_error_carries_its_challenge() {
+        use rmcp::transport::DynamicTransportError;
+        use rmcp::transport::streamable_http_client::{
+            InsufficientScopeError, StreamableHttpClientWorker, StreamableHttpError,
+        };
+        type Http = rmcp::transport::worker::WorkerTransport<
+            StreamableHttpClientWorker<
+                rmcp::transport::auth::AuthClient<super::url_free::UrlFreeErrors>,
+            >,
+        >;
+        let header = r#"Bearer error="insufficient_scope", scope="write""#;
+        let refused: StreamableHttpError<reqwest::Error> = StreamableHttpError::InsufficientScope(
+            InsufficientScopeError::new(header.into(), Some("write".into())),
+        );
+        let error = DynamicTransportError::new::<Http, rmcp::RoleClient>(refused);
+        match super::McpError::from(rmcp::service::ServiceError::TransportSend(error)) {
+            super::McpError::AuthRequired(challenge) => {
+                assert!(challenge.insufficient_scope);
+                assert_eq!(challenge.www_authenticate, header);
+                assert_eq!(challenge.scopes(), vec!["write".to_owned()]);
+            }
+            other => panic!("expected the refusal, got {other:?}"),
+        }
+        let lost: StreamableHttpError<reqwest::Error> = StreamableHttpError::UnexpectedEndOfStream;
+        let error = DynamicTransportError::new::<Http, rmcp::RoleClient>(lost);
+        assert!(matches!(
+            super::McpError::from(rmcp::service::ServiceError::TransportSend(error)),
+            super::McpError::Transport(_)
+        ));
     }
 }

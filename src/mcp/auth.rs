@@ -57,7 +57,10 @@ pub fn challenge_param(header: &str, name: &str) -> Option<String> {
 }
 
 /// The last challenge a connection's HTTP client saw; cleared by each success, so a
-/// failure can be told apart as "the server wants authorization".
+/// failure can be told apart as "the server wants authorization". A streamable HTTP
+/// request's own error carries its refusal (`McpError::from` reads it there, race-free
+/// among concurrent requests); this note serves the failures that do not (the
+/// initialize handshake, legacy SSE).
 #[derive(Clone, Default)]
 pub(super) struct ChallengeSlot(Arc<Mutex<Option<AuthChallenge>>>);
 

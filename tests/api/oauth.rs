@@ -628,6 +628,55 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
     }
 }
 
+/// A call refused for more scopes says so, with the URL, even while other calls on the
+/// same session succeed around it. The refusal used to be read from a session-wide note
+/// that each success clears, so under load it sometimes came out as "the connection to
+/// the MCP server was lost" (a rare failure of the test above); the race needs a success
+/// to land in a window of microseconds, so `mcp::tests::a_refused_requests_own_error_
+/// carries_its_challenge` pins the mechanism and this test the behaviour around it.
+#[tokio::test]
+async fn a_call_refused_for_scopes_says_so_while_the_sessions_other_calls_succeed() {
+    let app = spawn_pool_app().await;
+    let fixture = HttpUpstream::fixture_with(&["--oauth"]).await;
+    let server = create(
+        &app,
+        "alice",
+        &fixture,
+        json!({"autoApproveTools": ["admin_tool", "add"]}),
+    )
+    .await;
+    authorize(&app, "alice", &server).await;
+    app.bind_ok("alice", "a1", [&server]).await;
+    for round in 0..8 {
+        let mut calls =
+            vec![json!({"id": "refused", "name": "mcp__protected__admin_tool", "arguments": {}})];
+        calls.extend((0..24).map(|n| {
+            json!({"id": format!("ok{n}"), "name": "mcp__protected__add", "arguments": {"a": n, "b": 1}})
+        }));
+        let reply = app
+            .user(
+                "alice",
+                Method::POST,
+                &format!("/api/messages/{}/tool-calls?wait=20", uuid::Uuid::new_v4()),
+                Some(json!({"assistantId": "a1", "calls": calls})),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        let records = reply.body["toolCalls"].as_array().expect("records");
+        let refused = &records[0];
+        let said = refused["response"].to_string();
+        assert!(
+            refused["status"] == "error"
+                && said.contains("authorization")
+                && said.contains("/authorize?"),
+            "round {round}: {refused}"
+        );
+        for record in &records[1..] {
+            assert_eq!(record["status"], "done", "round {round}: {record}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn no_token_code_or_state_reaches_a_log_line_or_an_answer() {
     use crate::logging::{ADMIN_KEY, start_binary};
