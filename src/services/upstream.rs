@@ -26,7 +26,6 @@ use crate::mcp::{CallOutcome, ServerFeatures, UpstreamSpec, UpstreamTransport};
 use crate::pool::{
     ConnectionInfo, ConnectionKey, Lease, Pool, ResourceCatalog, ServerRuntime, ToolCatalog,
 };
-use crate::security::UrlPolicy;
 use crate::store::Store;
 
 /// The result of `POST /api/mcp-servers/{id}/connect`.
@@ -150,9 +149,8 @@ pub struct UserFacing {
 pub struct UpstreamService {
     store: Store,
     settings: Arc<Settings>,
-    url_policy: Arc<UrlPolicy>,
     pool: Pool,
-    /// Where remote connections get their HTTP clients.
+    /// Where remote connections get their HTTP clients, and the URL policy they dial by.
     http: Arc<crate::mcp::UpstreamHttp>,
     /// Admin-defined servers every assistant is offered.
     globals: Arc<GlobalServers>,
@@ -181,7 +179,6 @@ impl UpstreamService {
             rate_limits,
         } = user_facing;
         Self {
-            url_policy: http.url_policy().clone(),
             store,
             settings,
             pool,
@@ -358,7 +355,7 @@ impl UpstreamService {
                 transport,
                 connect_timeout: Duration::from_secs(pool.connect_timeout_secs),
                 max_message_bytes: pool.max_message_bytes,
-                url_policy: self.url_policy.clone(),
+                url_policy: self.http.url_policy().clone(),
                 http: self.http.clone(),
                 // Global servers are shared by all users: no one user's tokens.
                 auth: if global {
@@ -376,7 +373,7 @@ impl UpstreamService {
 
     /// The URL policy once more (DNS may have changed), credentials kept.
     async fn checked(&self, url: &SecretUrl) -> Result<SecretUrl> {
-        let checked = self.url_policy.check(url.expose().as_str()).await?;
+        let checked = self.http.url_policy().check(url.expose().as_str()).await?;
         Ok(SecretUrl::new(checked))
     }
 
