@@ -288,8 +288,40 @@ fn corrupt(column: &str, err: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{column}: {err}"))
 }
 
+/// What the store's own tests start from.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A migrated store on an SQLite file in `dir`, as the embedded default runs.
+    pub(crate) async fn sqlite_store(dir: &Path) -> Store {
+        let mut settings = Settings::defaults();
+        settings.storage.data_dir = dir.to_owned();
+        let cipher = Arc::new(Cipher::from_key(&[7; 32]).expect("a 32-byte key"));
+        let store = Store::connect(&settings, cipher).await.expect("connects");
+        store.migrate().await.expect("migrates");
+        store
+    }
+
+    /// An admin's approval of tool `tool{n}` of server `fx` for user `u1`.
+    pub(crate) fn approval(n: usize) -> AuditEntry {
+        AuditEntry {
+            user_id: crate::domain::UserId::parse("u1").expect("a user id"),
+            server_id: None,
+            server_name: "fx".into(),
+            tool_name: format!("tool{n}"),
+            message_id: None,
+            outcome: AuditOutcome::Approved,
+            error_code: None,
+            latency_ms: None,
+            decided_by: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::{approval, sqlite_store};
     use super::*;
 
     #[test]
@@ -309,26 +341,9 @@ mod tests {
         use sea_orm::ConnectionTrait;
 
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut settings = Settings::defaults();
-        settings.storage.data_dir = dir.path().to_owned();
-        let cipher = Arc::new(Cipher::from_key(&[7; 32]).expect("a 32-byte key"));
-        let store = Store::connect(&settings, cipher).await.expect("connects");
-        store.migrate().await.expect("migrates");
-        let user = crate::domain::UserId::parse("u1").expect("a user id");
+        let store = sqlite_store(dir.path()).await;
         let audit = store.audit();
-        let writes = (0..200).map(|n| {
-            audit.record(AuditEntry {
-                user_id: user.clone(),
-                server_id: None,
-                server_name: "fx".into(),
-                tool_name: format!("tool{n}"),
-                message_id: None,
-                outcome: AuditOutcome::Approved,
-                error_code: None,
-                latency_ms: None,
-                decided_by: None,
-            })
-        });
+        let writes = (0..200).map(|n| audit.record(approval(n)));
         for written in futures::future::join_all(writes).await {
             written.expect("every concurrent write lands");
         }

@@ -75,11 +75,7 @@ async fn checkpoint(db: &DatabaseConnection) -> Result<i64, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use crate::config::Settings;
-    use crate::security::Cipher;
-    use crate::store::{AuditEntry, AuditOutcome, Store};
+    use crate::store::test_support::{approval, sqlite_store};
 
     /// The audit rows in a copy of the database file alone (no WAL): what checkpoints have
     /// written there (none while even the table is only in the WAL).
@@ -107,25 +103,9 @@ mod tests {
     #[tokio::test]
     async fn writes_reach_the_database_file_without_a_commit_checkpointing() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut settings = Settings::defaults();
-        settings.storage.data_dir = dir.path().to_owned();
-        let cipher = Arc::new(Cipher::from_key(&[7; 32]).expect("a 32-byte key"));
-        let store = Store::connect(&settings, cipher).await.expect("connects");
-        store.migrate().await.expect("migrates");
-        let user = crate::domain::UserId::parse("u1").expect("a user id");
+        let store = sqlite_store(dir.path()).await;
         for n in 0..50 {
-            let entry = AuditEntry {
-                user_id: user.clone(),
-                server_id: None,
-                server_name: "fx".into(),
-                tool_name: format!("tool{n}"),
-                message_id: None,
-                outcome: AuditOutcome::Approved,
-                error_code: None,
-                latency_ms: None,
-                decided_by: None,
-            };
-            store.audit().record(entry).await.expect("writes");
+            store.audit().record(approval(n)).await.expect("writes");
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {

@@ -474,14 +474,10 @@ fn to_domain(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use serde_json::json;
 
     use super::*;
-    use crate::config::Settings;
-    use crate::security::Cipher;
-    use crate::store::Store;
+    use crate::store::test_support::sqlite_store;
 
     fn call(id: &str, status: ToolCallStatus) -> ToolCallRecord {
         ToolCallRecord {
@@ -497,6 +493,10 @@ mod tests {
         }
     }
 
+    async fn stored(repo: &MessageRepo, user: &UserId, id: Uuid) -> StoredMessage {
+        repo.get(user, id).await.expect("reads").expect("exists")
+    }
+
     /// Record writes issued together on the SQLite file share transactions (group
     /// commit), yet each answers for itself: one refused (its message held by another
     /// instance) writes nothing while the rest of its group lands with their messages'
@@ -505,12 +505,7 @@ mod tests {
     #[tokio::test]
     async fn record_writes_issued_together_each_answer_for_themselves() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut settings = Settings::defaults();
-        settings.storage.data_dir = dir.path().to_owned();
-        let cipher = Arc::new(Cipher::from_key(&[7; 32]).expect("a 32-byte key"));
-        let store = Store::connect(&settings, cipher).await.expect("connects");
-        store.migrate().await.expect("migrates");
-        let repo = store.messages();
+        let repo = sqlite_store(dir.path()).await.messages();
         let user = UserId::parse("u1").expect("a user id");
         let (me, other) = (InstanceId::generate(), InstanceId::generate());
         let mut ids = Vec::new();
@@ -554,18 +549,10 @@ mod tests {
         }
         let open = repo.with_open_calls(&user, 100).await.expect("reads");
         assert_eq!(open_ids(open), vec![ids[7]], "only the refused stays open");
-        let refused = repo
-            .get(&user, ids[7])
-            .await
-            .expect("reads")
-            .expect("exists");
+        let refused = stored(&repo, &user, ids[7]).await;
         assert_eq!(refused.tool_calls[0].status, ToolCallStatus::Pending);
         assert_eq!(refused.owner_instance, Some(other));
-        let landed = repo
-            .get(&user, ids[30])
-            .await
-            .expect("reads")
-            .expect("exists");
+        let landed = stored(&repo, &user, ids[30]).await;
         assert_eq!(landed.tool_calls[0].status, ToolCallStatus::Done);
         assert_eq!(landed.tool_calls[0].response, done.response);
 
@@ -597,21 +584,13 @@ mod tests {
             expected,
             "#21 stays settled, the others open"
         );
-        let failed = repo
-            .get(&user, ids[21])
-            .await
-            .expect("reads")
-            .expect("exists");
+        let failed = stored(&repo, &user, ids[21]).await;
         assert_eq!(
             failed.tool_calls.len(),
             1,
             "nothing of the failed write stays"
         );
-        let added = repo
-            .get(&user, ids[30])
-            .await
-            .expect("reads")
-            .expect("exists");
+        let added = stored(&repo, &user, ids[30]).await;
         assert_eq!(added.tool_calls.len(), 2);
         assert_eq!(added.tool_calls[1].id, "c1");
     }

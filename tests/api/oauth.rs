@@ -542,12 +542,9 @@ impl rmcp::ClientHandler for UrlElicitingClient {
     }
 }
 
-#[tokio::test]
-async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
-    use rmcp::ServiceExt;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-
+/// Alice's assistant `a1` on the OAuth fixture ("protected"), authorized with the default
+/// scopes, `admin_tool` (which needs more) and `add` approved in advance.
+async fn authorized_assistant() -> (TestApp, HttpUpstream) {
     let app = spawn_pool_app().await;
     let fixture = HttpUpstream::fixture_with(&["--oauth"]).await;
     let server = create(
@@ -559,6 +556,16 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
     .await;
     authorize(&app, "alice", &server).await;
     app.bind_ok("alice", "a1", [&server]).await;
+    (app, fixture)
+}
+
+#[tokio::test]
+async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let (app, fixture) = authorized_assistant().await;
 
     // The agent loop's tool call: its record says why and where, and the turn goes on.
     let message = uuid::Uuid::new_v4();
@@ -636,17 +643,7 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
 /// carries_its_challenge` pins the mechanism and this test the behaviour around it.
 #[tokio::test]
 async fn a_call_refused_for_scopes_says_so_while_the_sessions_other_calls_succeed() {
-    let app = spawn_pool_app().await;
-    let fixture = HttpUpstream::fixture_with(&["--oauth"]).await;
-    let server = create(
-        &app,
-        "alice",
-        &fixture,
-        json!({"autoApproveTools": ["admin_tool", "add"]}),
-    )
-    .await;
-    authorize(&app, "alice", &server).await;
-    app.bind_ok("alice", "a1", [&server]).await;
+    let (app, _fixture) = authorized_assistant().await;
     for round in 0..8 {
         let mut calls =
             vec![json!({"id": "refused", "name": "mcp__protected__admin_tool", "arguments": {}})];
