@@ -7,6 +7,8 @@
 //! serves `server/discover` and per-request metadata, without sessions.
 //! With `--require-basic USER:PASS` and/or `--require-query NAME=VALUE`, `/mcp` answers 401
 //! to a request without those credentials (as servers that take their key in the URL do).
+//! With `--tls-cert PEM --tls-key PEM` it serves HTTPS, offering HTTP/2 and HTTP/1.1 by
+//! ALPN, and announces `https://…`; see `mcp-fixture/tls.rs`.
 //!
 //! With `--oauth`, `/mcp` is an OAuth 2.1 protected resource and the same origin runs a
 //! small authorization server for it (metadata, DCR, CIMD, automatic consent, refresh
@@ -48,6 +50,7 @@
 #![allow(deprecated)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -68,6 +71,8 @@ use tokio::sync::Mutex;
 
 #[path = "mcp-fixture/oauth.rs"]
 mod oauth;
+#[path = "mcp-fixture/tls.rs"]
+mod tls;
 
 /// Requests this process saw cancelled (`notifications/cancelled`), readable as the
 /// resource `fixture://cancellations`.
@@ -568,6 +573,8 @@ async fn require_credentials(
 struct SessionTally {
     manager: Arc<LocalSessionManager>,
     deleted: Arc<AtomicU64>,
+    /// With `--tls-cert`: the connections accepted, by protocol.
+    tls: Option<Arc<tls::TlsConnections>>,
 }
 
 async fn count_deletes(
@@ -586,10 +593,14 @@ async fn count_deletes(
 
 async fn session_counts(State(tally): State<SessionTally>) -> axum::Json<Value> {
     let live = tally.manager.sessions.read().await.len();
-    axum::Json(serde_json::json!({
+    let mut counts = serde_json::json!({
         "live": live,
         "deleted": tally.deleted.load(Ordering::Relaxed),
-    }))
+    });
+    if let Some(tls) = &tally.tls {
+        counts["tls_connections"] = tls.to_json();
+    }
+    axum::Json(counts)
 }
 
 async fn forget_sessions(State(tally): State<SessionTally>) -> StatusCode {
@@ -613,9 +624,16 @@ async fn serve_http(
     required: Required,
     oauth: Option<oauth::OAuthConfig>,
     modern_only: bool,
+    tls: Option<(PathBuf, PathBuf)>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let origin = format!("http://{}", listener.local_addr()?);
+    let acceptor = match &tls {
+        Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let origin = format!("{scheme}://{}", listener.local_addr()?);
+    let tls_connections = acceptor.as_ref().map(|_| Arc::default());
     let admin_tool = oauth.is_some();
     let manager = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
@@ -633,6 +651,7 @@ async fn serve_http(
     let tally = SessionTally {
         manager,
         deleted: Arc::default(),
+        tls: tls_connections.clone(),
     };
     let mut app = axum::Router::new()
         .route("/sse", get(sse_connect))
@@ -665,8 +684,18 @@ async fn serve_http(
     println!("listening on {origin}");
     use std::io::Write;
     std::io::stdout().flush()?;
-    // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
-    axum::serve(mcp_pool::startup::with_nodelay(listener), app).await
+    match (acceptor, tls_connections) {
+        (Some(acceptor), Some(connections)) => {
+            let listener = tls::TlsListener {
+                tcp: listener,
+                acceptor,
+                connections,
+            };
+            axum::serve(listener, app).await
+        }
+        // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
+        _ => axum::serve(mcp_pool::startup::with_nodelay(listener), app).await,
+    }
 }
 
 #[tokio::main]
@@ -695,6 +724,7 @@ async fn main() -> std::process::ExitCode {
             let mut oauth_config = oauth::OAuthConfig::default();
             let mut oauth_options = false;
             let mut modern_only = false;
+            let (mut tls_cert, mut tls_key) = (None, None);
             let mut rest = args[1..].iter().cloned();
             while let Some(flag) = rest.next() {
                 let mut next = || rest.next();
@@ -715,6 +745,8 @@ async fn main() -> std::process::ExitCode {
                         modern_only = true;
                         true
                     }
+                    "--tls-cert" => next().map(|v| tls_cert = Some(PathBuf::from(v))).is_some(),
+                    "--tls-key" => next().map(|v| tls_key = Some(PathBuf::from(v))).is_some(),
                     _ => match oauth_config.parse_flag(&flag, &mut next) {
                         Ok(known) => {
                             oauth_options |= known;
@@ -735,17 +767,26 @@ async fn main() -> std::process::ExitCode {
                 eprintln!("mcp-fixture: the OAuth options need --oauth");
                 return std::process::ExitCode::from(2);
             }
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some((cert, key)),
+                (None, None) => None,
+                _ => {
+                    eprintln!("mcp-fixture: --tls-cert and --tls-key go together");
+                    return std::process::ExitCode::from(2);
+                }
+            };
             serve_http(
                 port,
                 required,
                 oauth_on.then_some(oauth_config),
                 modern_only,
+                tls,
             )
             .await
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio [--form-tool] [--clock-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--oauth [OAuth options, see the source's doc]]"
+                "usage: mcp-fixture stdio [--form-tool] [--clock-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--tls-cert PEM --tls-key PEM] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

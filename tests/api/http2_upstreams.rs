@@ -210,3 +210,74 @@ async fn tls_servers_offering_http2_get_it_and_sessions_past_their_stream_limit_
         );
     }
 }
+
+/// A server that speaks HTTP/2 itself (hyper, as servers written with rmcp do): the fixture
+/// over TLS, no proxy between. Five users' sessions in groups of two make their calls over
+/// three connections, all HTTP/2 — not one connection per session, not HTTP/1.1.
+#[tokio::test]
+async fn a_server_speaking_http2_itself_gets_one_connection_per_group_of_sessions() {
+    const USERS: usize = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_pem, cert_pem, key_pem) = certificates();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::write(path("ca.pem"), &ca_pem).unwrap();
+    std::fs::write(path("server.pem"), cert_pem).unwrap();
+    std::fs::write(path("server.key"), key_pem).unwrap();
+    let upstream = HttpUpstream::fixture_with(&[
+        "--tls-cert",
+        &path("server.pem"),
+        "--tls-key",
+        &path("server.key"),
+    ])
+    .await;
+    assert!(upstream.base.starts_with("https://"), "{}", upstream.base);
+    let app = spawn_pool_app_with(|s| {
+        s.security.extra_ca_file = path("ca.pem");
+        s.pool.sessions_per_http_client = SESSIONS_PER_CLIENT;
+    })
+    .await;
+    for user in 0..USERS {
+        let user = format!("u{user}");
+        let server = app
+            .create_server_ok(
+                &user,
+                json!({"name": "h2", "baseUrl": format!("{}/mcp", upstream.base)}),
+            )
+            .await;
+        for round in 0..3 {
+            let echo = app
+                .call(
+                    &user,
+                    &server,
+                    "echo",
+                    json!({"text": format!("{user} {round}")}),
+                )
+                .await;
+            assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+            assert!(
+                echo.text.contains(&format!("{user} {round}")),
+                "{}",
+                echo.text
+            );
+        }
+    }
+    // Read over HTTP/1.1, so this reading is the one HTTP/1.1 connection.
+    let counts: serde_json::Value = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .http1_only()
+        .build()
+        .unwrap()
+        .get(format!("{}/fixture/sessions", upstream.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(counts["live"], USERS, "{counts}");
+    assert_eq!(
+        counts["tls_connections"],
+        json!({"h2": USERS.div_ceil(SESSIONS_PER_CLIENT as usize), "http/1.1": 1}),
+        "{counts}"
+    );
+}
