@@ -1,7 +1,7 @@
 //! What every scenario needs: the service (in this process or as `mcp-pool serve`), the
 //! fixture upstream, latency series and process readings.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -404,8 +404,46 @@ impl Service {
 
 /// The fixture serving streamable HTTP on loopback, and its base URL.
 pub async fn start_fixture_http() -> Result<(tokio::process::Child, String)> {
+    start_fixture_http_with(&[]).await
+}
+
+/// The fixture serving HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on loopback with a certificate
+/// for 127.0.0.1 from a CA made here; its base URL, and the CA's PEM file in `dir`.
+pub async fn start_fixture_https(dir: &Path) -> Result<(tokio::process::Child, String, PathBuf)> {
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "mcp-pool loadtest CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+    let key = rcgen::KeyPair::generate()?;
+    let server =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
+    let (ca_file, cert_file, key_file) = (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&ca_file, ca.pem())?;
+    std::fs::write(&cert_file, server.pem())?;
+    std::fs::write(&key_file, key.serialize_pem())?;
+    let (child, base) = start_fixture_http_with(&[
+        "--tls-cert".as_ref(),
+        cert_file.as_os_str(),
+        "--tls-key".as_ref(),
+        key_file.as_os_str(),
+    ])
+    .await?;
+    Ok((child, base, ca_file))
+}
+
+async fn start_fixture_http_with(
+    args: &[&std::ffi::OsStr],
+) -> Result<(tokio::process::Child, String)> {
     let mut child = tokio::process::Command::new(fixture_binary()?)
         .arg("http")
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;

@@ -51,6 +51,11 @@ enum Scenario {
         /// Connect-then-reap rounds: RSS that keeps growing round after round is a leak.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// The fixture serves HTTPS offering HTTP/2 (a test CA): sessions share
+        /// connections in groups of `pool.sessions_per_http_client` instead of holding one
+        /// each, so more actors than descriptors can be held.
+        #[arg(long)]
+        tls: bool,
     },
     /// Many parked tool calls, then approvals timed one by one.
     Confirmations {
@@ -139,7 +144,10 @@ async fn main() -> Result<()> {
             servers_per_user,
             idle_secs,
             rounds,
-        } => scenarios::actors::run(users, servers_per_user, idle_secs, rounds, cli.json).await,
+            tls,
+        } => {
+            scenarios::actors::run(users, servers_per_user, idle_secs, rounds, tls, cli.json).await
+        }
         Scenario::Confirmations {
             parked,
             approve,

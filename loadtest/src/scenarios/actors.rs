@@ -2,6 +2,8 @@
 //! streamable-HTTP fixture and held; RSS before and after, bytes per actor, time to
 //! connect them all; then idle reaping (a short idle timeout) and RSS after it. Several
 //! rounds tell allocator retention (RSS levels off) from a leak (RSS grows every round).
+//! With `--tls` the fixture serves HTTPS with HTTP/2: sessions share connections in groups
+//! (`pool.sessions_per_http_client`), so descriptors no longer bound the actors held.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
-use crate::harness::{Service, live_tasks, mib, open_fds, rss_bytes, start_fixture_http};
+use crate::harness::{
+    Service, live_tasks, mib, open_fds, rss_bytes, start_fixture_http, start_fixture_https,
+};
 
 /// Connect requests in flight at once.
 const CONNECTORS: usize = 32;
@@ -60,6 +64,7 @@ struct Round {
     connect_time: Duration,
     connected: u64,
     rss_connected: u64,
+    fds_connected: usize,
     reaped_after: Duration,
     rss_reaped: u64,
     fds_reaped: usize,
@@ -71,13 +76,27 @@ pub async fn run(
     servers_per_user: usize,
     idle_secs: u64,
     rounds: usize,
+    tls: bool,
     as_json: bool,
 ) -> Result<()> {
     let count = users * servers_per_user;
+    let certificates = tempfile::tempdir()?;
+    let (_http_child, http_base, ca_file) = if tls {
+        let (child, base, ca_file) = start_fixture_https(certificates.path()).await?;
+        (child, base, Some(ca_file))
+    } else {
+        let (child, base) = start_fixture_http().await?;
+        (child, base, None)
+    };
     let service = Arc::new(
-        Service::start_with(|settings| settings.pool.idle_timeout_secs = idle_secs).await?,
+        Service::start_with(|settings| {
+            settings.pool.idle_timeout_secs = idle_secs;
+            if let Some(ca_file) = &ca_file {
+                settings.security.extra_ca_file = ca_file.display().to_string();
+            }
+        })
+        .await?,
     );
-    let (_http_child, http_base) = start_fixture_http().await?;
     let mut servers = Vec::with_capacity(count);
     for user in 0..users {
         let user = format!("user{user}");
@@ -102,7 +121,7 @@ pub async fn run(
             .as_u64()
             .unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let rss_connected = rss_bytes();
+        let (rss_connected, fds_connected) = (rss_bytes(), open_fds());
         // Nothing is used from here on until every actor is reaped.
         let reaped_after = wait_reaped(&service, idle_secs).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -110,6 +129,7 @@ pub async fn run(
             connect_time,
             connected,
             rss_connected,
+            fds_connected,
             reaped_after,
             rss_reaped: rss_bytes(),
             fds_reaped: open_fds(),
@@ -141,6 +161,7 @@ pub async fn run(
                 json!({"connect_all_ms": r.connect_time.as_millis(),
                        "connects_per_s": count as f64 / r.connect_time.as_secs_f64(),
                        "connected": r.connected, "rss_connected": r.rss_connected,
+                       "fds_connected": r.fds_connected,
                        "all_reaped_after_ms": r.reaped_after.as_millis(),
                        "rss_reaped": r.rss_reaped, "fds_reaped": r.fds_reaped,
                        "tasks_reaped": r.tasks_reaped})
@@ -149,6 +170,7 @@ pub async fn run(
         println!(
             "{}",
             json!({"users": users, "servers_per_user": servers_per_user, "actors": count,
+                   "upstream": http_base,
                    "idle_timeout_s": idle_secs, "rss_before": before,
                    "fds_before": fds_before, "tasks_before": tasks_before,
                    "bytes_per_actor": per_actor, "rounds": rounds, "verdict": verdict})
@@ -157,17 +179,18 @@ pub async fn run(
     }
     println!(
         "actors: {users} users × {servers_per_user} servers = {count} (user, server) actors \
-         on one streamable-HTTP upstream; idle timeout {idle_secs}s; before: RSS {:.1} MiB, \
-         {fds_before} fds, {tasks_before} tasks",
+         on one streamable-HTTP upstream ({http_base}); idle timeout {idle_secs}s; before: \
+         RSS {:.1} MiB, {fds_before} fds, {tasks_before} tasks",
         mib(before)
     );
     println!(
-        "  {:>5} {:>9} {:>12} {:>11} {:>13} {:>10} {:>12} {:>6} {:>6}",
+        "  {:>5} {:>9} {:>12} {:>11} {:>13} {:>7} {:>10} {:>12} {:>6} {:>6}",
         "round",
         "connected",
         "connect all",
         "connects/s",
         "RSS connected",
+        "fds",
         "reaped in",
         "RSS reaped",
         "fds",
@@ -175,12 +198,13 @@ pub async fn run(
     );
     for (n, r) in results.iter().enumerate() {
         println!(
-            "  {:>5} {:>9} {:>11.2}s {:>11.0} {:>9.1} MiB {:>9.1}s {:>8.1} MiB {:>6} {:>6}",
+            "  {:>5} {:>9} {:>11.2}s {:>11.0} {:>9.1} MiB {:>7} {:>9.1}s {:>8.1} MiB {:>6} {:>6}",
             n + 1,
             r.connected,
             r.connect_time.as_secs_f64(),
             count as f64 / r.connect_time.as_secs_f64(),
             mib(r.rss_connected),
+            r.fds_connected,
             r.reaped_after.as_secs_f64(),
             mib(r.rss_reaped),
             r.fds_reaped,
