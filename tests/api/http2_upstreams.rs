@@ -10,17 +10,16 @@
 //! without one the test says so and passes.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::helpers::spawn_pool_app_with;
-use crate::nginx::{nginx_binary, nginx_version};
+use crate::nginx::{nginx_binary, nginx_command, nginx_prefix, nginx_version};
 use crate::upstreams::{HttpUpstream, free_port, wait_listening};
 
 /// Streams nginx lets one HTTP/2 connection have open at once.
@@ -41,9 +40,7 @@ struct TlsFront {
 
 impl TlsFront {
     async fn start(binary: &Path, upstream: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // Run as root, nginx's workers are `nobody`: they must reach the temporary paths.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = nginx_prefix();
         let (ca_pem, cert_pem, key_pem) = certificates();
         let path = |name: &str| dir.path().join(name);
         std::fs::write(path("ca.pem"), ca_pem).unwrap();
@@ -85,18 +82,8 @@ http {{
 "
         );
         std::fs::write(path("nginx.conf"), conf).unwrap();
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(path("nginx.conf"))
-            .args(["-e", "stderr", "-g"])
-            .arg(format!(
-                "daemon off; master_process off; pid {d}/nginx.pid;"
-            ))
-            .stdout(Stdio::null())
+        let child = nginx_command(binary, dir.path(), &path("nginx.conf"))
             .stderr(Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .expect("nginx starts");
         wait_listening(port, Duration::from_secs(10), "nginx").await;

@@ -56,6 +56,33 @@ pub(crate) fn nginx_version(binary: &Path) -> (u32, u32, u32) {
     (next(), next(), next())
 }
 
+/// A temporary prefix nginx's workers can use: run as root, they are `nobody` and must
+/// reach the paths nginx creates there and hands over.
+pub(crate) fn nginx_prefix() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// nginx in the foreground on `conf` under `prefix`, killed when dropped; stdout discarded.
+pub(crate) fn nginx_command(binary: &Path, prefix: &Path, conf: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .arg("-p")
+        .arg(prefix)
+        .arg("-c")
+        .arg(conf)
+        .args(["-e", "stderr", "-g"])
+        // One process: killing it leaves no orphaned worker holding the port.
+        .arg(format!(
+            "daemon off; master_process off; pid {}/nginx.pid;",
+            prefix.display()
+        ))
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(
         text.matches(from).count(),
@@ -140,28 +167,13 @@ struct Nginx {
 
 impl Nginx {
     async fn start(binary: &Path, http: &[&str], grpc: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // Run as root, nginx's workers are `nobody`: they must reach the temporary paths
-        // (nginx creates those and hands them over).
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = nginx_prefix();
         let ports = (free_port(), free_port());
         let conf = dir.path().join("nginx.conf");
         let text = loopback_config(http, grpc, ports, dir.path(), nginx_version(binary));
         std::fs::write(&conf, text).unwrap();
-        let mut child = Command::new(binary)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&conf)
-            .args(["-e", "stderr", "-g"])
-            // One process: killing it leaves no orphaned worker holding the port.
-            .arg(format!(
-                "daemon off; master_process off; pid {}/nginx.pid;",
-                dir.path().display()
-            ))
-            .stdout(Stdio::null())
+        let mut child = nginx_command(binary, dir.path(), &conf)
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("nginx starts");
         let log = Arc::new(Mutex::new(Vec::new()));
