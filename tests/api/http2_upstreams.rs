@@ -41,11 +41,8 @@ struct TlsFront {
 impl TlsFront {
     async fn start(binary: &Path, upstream: u16) -> Self {
         let dir = nginx_prefix();
-        let (ca_pem, cert_pem, key_pem) = certificates();
+        write_certificates(dir.path());
         let path = |name: &str| dir.path().join(name);
-        std::fs::write(path("ca.pem"), ca_pem).unwrap();
-        std::fs::write(path("server.pem"), cert_pem).unwrap();
-        std::fs::write(path("server.key"), key_pem).unwrap();
         let port = free_port();
         // `http2 on` came with nginx 1.25.1; older ones take it on `listen`.
         let (listen_http2, http2_on) = if nginx_version(binary) < (1, 25, 1) {
@@ -130,6 +127,15 @@ fn certificates() -> (String, String, String) {
     (ca.pem(), server.pem(), key.serialize_pem())
 }
 
+/// [`certificates`] written to `dir` as `ca.pem`, `server.pem` and `server.key`; the CA's PEM.
+fn write_certificates(dir: &Path) -> String {
+    let (ca_pem, cert_pem, key_pem) = certificates();
+    std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
+    std::fs::write(dir.join("server.pem"), cert_pem).unwrap();
+    std::fs::write(dir.join("server.key"), key_pem).unwrap();
+    ca_pem
+}
+
 #[tokio::test]
 async fn tls_servers_offering_http2_get_it_and_sessions_past_their_stream_limit_still_work() {
     let Some(binary) = nginx_binary() else {
@@ -205,11 +211,8 @@ async fn tls_servers_offering_http2_get_it_and_sessions_past_their_stream_limit_
 async fn a_server_speaking_http2_itself_gets_one_connection_per_group_of_sessions() {
     const USERS: usize = 5;
     let dir = tempfile::tempdir().unwrap();
-    let (ca_pem, cert_pem, key_pem) = certificates();
+    let ca_pem = write_certificates(dir.path());
     let path = |name: &str| dir.path().join(name).display().to_string();
-    std::fs::write(path("ca.pem"), &ca_pem).unwrap();
-    std::fs::write(path("server.pem"), cert_pem).unwrap();
-    std::fs::write(path("server.key"), key_pem).unwrap();
     let upstream = HttpUpstream::fixture_with(&[
         "--tls-cert",
         &path("server.pem"),
