@@ -686,12 +686,7 @@ async fn serve_http(
     std::io::stdout().flush()?;
     match (acceptor, tls_connections) {
         (Some(acceptor), Some(connections)) => {
-            let listener = tls::TlsListener {
-                tcp: listener,
-                acceptor,
-                connections,
-            };
-            axum::serve(listener, app).await
+            axum::serve(tls::TlsListener::new(listener, acceptor, connections)?, app).await
         }
         // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
         _ => axum::serve(mcp_pool::startup::with_nodelay(listener), app).await,

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-/// A client that connects and never finishes its handshake holds the accept loop this long.
+/// A client that connects and never finishes its handshake is dropped after this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connections accepted, by the protocol ALPN settled on.
@@ -61,11 +61,57 @@ pub fn acceptor(cert: &Path, key: &Path) -> std::io::Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// A TCP listener whose connections `axum::serve` gets after their TLS handshake.
+/// Connections whose handshake is done and not yet taken by `axum::serve`.
+const READY_BACKLOG: usize = 1024;
+
+/// A TCP listener whose connections `axum::serve` gets after their TLS handshake. Each
+/// handshake runs in its own task, so a slow or silent client holds up nobody else and
+/// many connections opened at once (the load tool's) are not finished one by one.
 pub struct TlsListener {
-    pub tcp: TcpListener,
-    pub acceptor: TlsAcceptor,
-    pub connections: Arc<TlsConnections>,
+    ready: tokio::sync::mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+}
+
+impl TlsListener {
+    pub fn new(
+        tcp: TcpListener,
+        acceptor: TlsAcceptor,
+        connections: Arc<TlsConnections>,
+    ) -> std::io::Result<Self> {
+        let local_addr = tcp.local_addr()?;
+        let (sender, ready) = tokio::sync::mpsc::channel(READY_BACKLOG);
+        tokio::spawn(async move {
+            loop {
+                let (socket, address) = match tcp.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors, most likely: let some close.
+                        eprintln!("mcp-fixture: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Like the plain listener: without it every kept-alive call waits ~40 ms.
+                let _ = socket.set_nodelay(true);
+                let (acceptor, connections, sender) =
+                    (acceptor.clone(), connections.clone(), sender.clone());
+                tokio::spawn(async move {
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket));
+                    let Ok(Ok(stream)) = handshake.await else {
+                        return;
+                    };
+                    let counter = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => &connections.h2,
+                        _ => &connections.http1,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let _ = sender.send((stream, address)).await;
+                });
+            }
+        });
+        Ok(Self { ready, local_addr })
+    }
 }
 
 impl axum::serve::Listener for TlsListener {
@@ -73,32 +119,14 @@ impl axum::serve::Listener for TlsListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (socket, address) = match self.tcp.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors, most likely: let some close.
-                    eprintln!("mcp-fixture: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            // Like the plain listener: without it every kept-alive call waits ~40 ms.
-            let _ = socket.set_nodelay(true);
-            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(socket));
-            let Ok(Ok(stream)) = handshake.await else {
-                continue;
-            };
-            let counter = match stream.get_ref().1.alpn_protocol() {
-                Some(b"h2") => &self.connections.h2,
-                _ => &self.connections.http1,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            return (stream, address);
+        match self.ready.recv().await {
+            Some(connection) => connection,
+            // The accepting task ended (the runtime is going down): accept nothing more.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
+        Ok(self.local_addr)
     }
 }
