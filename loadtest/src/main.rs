@@ -72,6 +72,10 @@ enum Scenario {
         /// Approvers at once, one level after the other.
         #[arg(long, value_delimiter = ',', default_value = "1,64")]
         concurrency: Vec<usize>,
+        /// A database for the service instead of a temporary SQLite file (e.g. a
+        /// PostgreSQL one: its tables are created; earlier runs' rows are left alone).
+        #[arg(long)]
+        database_url: Option<String>,
     },
     /// Two instances on one PostgreSQL database: approvals on the instance holding the
     /// parked call and on the other one (forwarded).
@@ -153,9 +157,17 @@ async fn main() -> Result<()> {
             approve,
             per_message,
             concurrency,
+            database_url,
         } => {
-            scenarios::confirmations::run(parked, approve, per_message, &concurrency, cli.json)
-                .await
+            scenarios::confirmations::run(
+                parked,
+                approve,
+                per_message,
+                &concurrency,
+                database_url,
+                cli.json,
+            )
+            .await
         }
         Scenario::Cluster {
             database_url,

@@ -40,6 +40,7 @@ struct Level {
 /// approval's round trip, and the time from sending it to its call reaching the upstream.
 async fn approve_level(
     service: &Arc<Service>,
+    user: &str,
     messages: &Arc<Vec<String>>,
     first: usize,
     count: usize,
@@ -49,7 +50,7 @@ async fn approve_level(
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..approvers {
-        let (service, messages) = (service.clone(), messages.clone());
+        let (service, messages, user) = (service.clone(), messages.clone(), user.to_owned());
         workers.push(tokio::spawn(async move {
             let mut timed = Vec::new();
             for n in (first + worker..first + count).step_by(approvers) {
@@ -60,7 +61,7 @@ async fn approve_level(
                 service
                     .post(
                         &format!("/api/messages/{message}/tool-confirm"),
-                        "bench",
+                        &user,
                         json!({"toolCallId": call, "approved": true}),
                     )
                     .await?;
@@ -84,7 +85,7 @@ async fn approve_level(
         let arrived = loop {
             if !stored.contains_key(message) {
                 let fetched = service
-                    .get(&format!("/api/messages/{message}"), "bench")
+                    .get(&format!("/api/messages/{message}"), user)
                     .await?;
                 stored.insert(message.clone(), fetched);
             }
@@ -116,6 +117,7 @@ pub async fn run(
     approve: usize,
     per_message: usize,
     concurrency: &[usize],
+    database_url: Option<String>,
     as_json: bool,
 ) -> Result<()> {
     // Approvals go to messages holding `per_message` calls each (the last may hold fewer).
@@ -126,19 +128,33 @@ pub async fn run(
             "--parked must be at least --approve × the number of concurrency levels, in whole messages of --per-message calls"
         );
     }
-    let service = Arc::new(Service::start().await?);
-    service
+    let service = Arc::new(
+        Service::start_with(|settings| {
+            if let Some(url) = &database_url {
+                settings.database.url = url.clone().into();
+            }
+        })
+        .await?,
+    );
+    let preset = service
         .add_fixture_preset_with("clock", &["--clock-tool"])
-        .await?;
+        .await;
+    // A database given by URL may hold the preset from an earlier run.
+    if database_url.is_none() {
+        preset?;
+    }
+    // A user of its own, so an earlier run's servers and messages are not in the way.
+    let user = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let user = user.as_str();
     let server = service
-        .create_server("bench", json!({"name": "fx", "preset": "clock"}))
+        .create_server(user, json!({"name": "fx", "preset": "clock"}))
         .await?;
-    service.bind("bench", "a1", &[&server]).await?;
+    service.bind(user, "a1", &[&server]).await?;
     // Warm the connection and tool list so parking measures parking.
     service
         .post(
             &format!("/api/mcp-servers/{server}/connect"),
-            "bench",
+            user,
             json!({}),
         )
         .await?;
@@ -151,7 +167,7 @@ pub async fn run(
     let messages = Arc::new(messages);
     let mut workers = Vec::new();
     for worker in 0..16 {
-        let (service, messages) = (service.clone(), messages.clone());
+        let (service, messages, user) = (service.clone(), messages.clone(), user.to_owned());
         workers.push(tokio::spawn(async move {
             for (index, message) in messages.iter().enumerate().skip(worker).step_by(16) {
                 let count = per_message.min(parked - index * per_message);
@@ -161,7 +177,7 @@ pub async fn run(
                 service
                     .post(
                         &format!("/api/messages/{message}/tool-calls"),
-                        "bench",
+                        &user,
                         json!({"assistantId": "a1", "calls": calls}),
                     )
                     .await?;
@@ -178,7 +194,7 @@ pub async fn run(
     let full = Arc::new(messages[..full_messages].to_vec());
     let mut levels = Vec::new();
     for (index, &level) in concurrency.iter().enumerate() {
-        levels.push(approve_level(&service, &full, index * approve, approve, level).await?);
+        levels.push(approve_level(&service, user, &full, index * approve, approve, level).await?);
     }
     let per_call = after.saturating_sub(before) as f64 / parked as f64;
     if as_json {
