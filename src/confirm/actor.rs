@@ -405,9 +405,8 @@ impl Actor for ConfirmationActor {
                         ToolCallStatus::Done
                     };
                     let record = state.records[index].clone();
-                    state
-                        .settle(&[index], status, outcome.response, outcome.is_error)
-                        .await?;
+                    // The audit row first: once a record reads settled, its row is there
+                    // (the console and the audit API are read right after a call ends).
                     let audit = AuditEntry {
                         user_id: state.user.clone(),
                         server_id: record.server_id,
@@ -422,6 +421,9 @@ impl Actor for ConfirmationActor {
                     if let Err(e) = state.deps.store.audit().record(audit).await {
                         tracing::warn!(error = %e, "could not write an audit row");
                     }
+                    state
+                        .settle(&[index], status, outcome.response, outcome.is_error)
+                        .await?;
                 }
             }
             ConfirmMsg::TimedOut { call_id } => {
