@@ -627,13 +627,11 @@ async fn serve_http(
     tls: Option<(PathBuf, PathBuf)>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let acceptor = match &tls {
-        Some((cert, key)) => Some(tls::acceptor(cert, key)?),
-        None => None,
-    };
+    let tls = tls
+        .map(|(cert, key)| tls::TlsServer::from_pem(&cert, &key))
+        .transpose()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let origin = format!("{scheme}://{}", listener.local_addr()?);
-    let tls_connections = acceptor.as_ref().map(|_| Arc::default());
     let admin_tool = oauth.is_some();
     let manager = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
@@ -651,7 +649,7 @@ async fn serve_http(
     let tally = SessionTally {
         manager,
         deleted: Arc::default(),
-        tls: tls_connections.clone(),
+        tls: tls.as_ref().map(|server| server.connections.clone()),
     };
     let mut app = axum::Router::new()
         .route("/sse", get(sse_connect))
@@ -684,12 +682,10 @@ async fn serve_http(
     println!("listening on {origin}");
     use std::io::Write;
     std::io::stdout().flush()?;
-    match (acceptor, tls_connections) {
-        (Some(acceptor), Some(connections)) => {
-            axum::serve(tls::TlsListener::new(listener, acceptor, connections)?, app).await
-        }
+    match tls {
+        Some(server) => axum::serve(tls::TlsListener::new(listener, server)?, app).await,
         // Like the service: without TCP_NODELAY every kept-alive call waits ~40 ms.
-        _ => axum::serve(mcp_pool::startup::with_nodelay(listener), app).await,
+        None => axum::serve(mcp_pool::startup::with_nodelay(listener), app).await,
     }
 }
 

@@ -38,27 +38,38 @@ impl TlsConnections {
     }
 }
 
-/// The server's TLS configuration from a PEM certificate chain and key.
-pub fn acceptor(cert: &Path, key: &Path) -> std::io::Result<TlsAcceptor> {
-    let invalid = |what: &Path, e: &dyn std::fmt::Display| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{}: {e}", what.display()),
-        )
-    };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| invalid(cert, &e))?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid(key, &e))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key_der)
-        .map_err(|e| invalid(cert, &e))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+/// The fixture's TLS side: its configuration and the connections it accepted.
+pub struct TlsServer {
+    acceptor: TlsAcceptor,
+    pub connections: Arc<TlsConnections>,
+}
+
+impl TlsServer {
+    /// From a PEM certificate chain and key.
+    pub fn from_pem(cert: &Path, key: &Path) -> std::io::Result<Self> {
+        let invalid = |what: &Path, e: &dyn std::fmt::Display| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: {e}", what.display()),
+            )
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| invalid(cert, &e))?;
+        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid(key, &e))?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .with_no_client_auth()
+            .with_single_cert(chain, key_der)
+            .map_err(|e| invalid(cert, &e))?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Self {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            connections: Arc::default(),
+        })
+    }
 }
 
 /// Connections whose handshake is done and not yet taken by `axum::serve`.
@@ -73,12 +84,12 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    pub fn new(
-        tcp: TcpListener,
-        acceptor: TlsAcceptor,
-        connections: Arc<TlsConnections>,
-    ) -> std::io::Result<Self> {
+    pub fn new(tcp: TcpListener, server: TlsServer) -> std::io::Result<Self> {
         let local_addr = tcp.local_addr()?;
+        let TlsServer {
+            acceptor,
+            connections,
+        } = server;
         let (sender, ready) = tokio::sync::mpsc::channel(READY_BACKLOG);
         tokio::spawn(async move {
             loop {
