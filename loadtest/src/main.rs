@@ -110,6 +110,10 @@ enum Scenario {
         /// Where the peers' venv is created (once) and kept.
         #[arg(long, default_value = "target/loadtest-peers")]
         venv: std::path::PathBuf,
+        /// Only these paths (comma-separated; default all): gateway, mcp-proxy, rest, mcpo.
+        /// With neither peer, no venv is made (e.g. to profile the service alone).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
@@ -181,7 +185,8 @@ async fn main() -> Result<()> {
             concurrency,
             rounds,
             venv,
-        } => scenarios::peers::run(calls, concurrency, rounds, venv, cli.json).await,
+            only,
+        } => scenarios::peers::run(calls, concurrency, rounds, venv, only, cli.json).await,
         Scenario::Soak {
             seconds,
             users,

@@ -141,9 +141,10 @@ fn echo(name: &str) -> CallToolRequestParams {
 /// The four paths, in the order each round runs them.
 const PATHS: [&str; 4] = ["gateway", "mcp-proxy", "rest", "mcpo"];
 
+/// The median, NaN for a path that did not run (its cells print as NaN, JSON null).
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 pub async fn run(
@@ -151,9 +152,18 @@ pub async fn run(
     levels: Vec<usize>,
     rounds: usize,
     venv: PathBuf,
+    only: Vec<String>,
     as_json: bool,
 ) -> Result<()> {
-    ensure_venv(&venv).await?;
+    for path in &only {
+        if !PATHS.contains(&path.as_str()) {
+            bail!("unknown path {path}: the paths are {}", PATHS.join(", "));
+        }
+    }
+    let runs = |path: &str| only.is_empty() || only.iter().any(|p| p == path);
+    if runs("mcp-proxy") || runs("mcpo") {
+        ensure_venv(&venv).await?;
+    }
     let fixture = fixture_binary()?.display().to_string();
     let service = Arc::new(Service::start_external().await?);
     service.add_fixture_preset().await?;
@@ -167,42 +177,61 @@ pub async fn run(
     let rest_path = Arc::new(format!("/api/mcp-servers/{server}/tools/echo/call"));
 
     let proxy_port = free_port()?;
-    let proxy = start_peer(
-        venv.join("bin/mcp-proxy"),
-        vec![
-            "--port".into(),
-            proxy_port.to_string(),
-            "--host".into(),
-            "127.0.0.1".into(),
-            "--log-level".into(),
-            "WARNING".into(),
-            fixture.clone(),
-            "stdio".into(),
-        ],
-        format!("http://127.0.0.1:{proxy_port}"),
-        "/status",
-    )
-    .await?;
-    let proxy_client = Arc::new(mcp_client(format!("{}/mcp", proxy.base), None).await?);
+    let proxy = match runs("mcp-proxy") {
+        false => None,
+        true => Some(
+            start_peer(
+                venv.join("bin/mcp-proxy"),
+                vec![
+                    "--port".into(),
+                    proxy_port.to_string(),
+                    "--host".into(),
+                    "127.0.0.1".into(),
+                    "--log-level".into(),
+                    "WARNING".into(),
+                    fixture.clone(),
+                    "stdio".into(),
+                ],
+                format!("http://127.0.0.1:{proxy_port}"),
+                "/status",
+            )
+            .await?,
+        ),
+    };
+    let proxy_client = match &proxy {
+        Some(proxy) => Some(Arc::new(
+            mcp_client(format!("{}/mcp", proxy.base), None).await?,
+        )),
+        None => None,
+    };
     let mcpo_port = free_port()?;
-    let mcpo = start_peer(
-        venv.join("bin/mcpo"),
-        vec![
-            "--host".into(),
-            "127.0.0.1".into(),
-            "--port".into(),
-            mcpo_port.to_string(),
-            "--log-level".into(),
-            "WARNING".into(),
-            "--".into(),
-            fixture,
-            "stdio".into(),
-        ],
-        format!("http://127.0.0.1:{mcpo_port}"),
-        "/openapi.json",
-    )
-    .await?;
-    let mcpo_url = Arc::new(format!("{}/echo", mcpo.base));
+    let mcpo = match runs("mcpo") {
+        false => None,
+        true => Some(
+            start_peer(
+                venv.join("bin/mcpo"),
+                vec![
+                    "--host".into(),
+                    "127.0.0.1".into(),
+                    "--port".into(),
+                    mcpo_port.to_string(),
+                    "--log-level".into(),
+                    "WARNING".into(),
+                    "--".into(),
+                    fixture,
+                    "stdio".into(),
+                ],
+                format!("http://127.0.0.1:{mcpo_port}"),
+                "/openapi.json",
+            )
+            .await?,
+        ),
+    };
+    let mcpo_url = Arc::new(
+        mcpo.as_ref()
+            .map(|mcpo| format!("{}/echo", mcpo.base))
+            .unwrap_or_default(),
+    );
     let http = reqwest::Client::new();
 
     // results[level][path] = one summary per round.
@@ -210,12 +239,15 @@ pub async fn run(
     for _round in 0..rounds {
         for (level_index, &concurrency) in levels.iter().enumerate() {
             for (path_index, path) in PATHS.iter().enumerate() {
+                if !runs(path) {
+                    continue;
+                }
                 let summary = match *path {
                     "gateway" | "mcp-proxy" => {
                         let (peer, name) = if *path == "gateway" {
                             (gateway.clone(), "fx.echo")
                         } else {
-                            (proxy_client.clone(), "echo")
+                            (proxy_client.clone().context("mcp-proxy runs")?, "echo")
                         };
                         let params = Arc::new(echo(name));
                         measure(calls, concurrency, move || {
