@@ -350,10 +350,6 @@ impl Pool {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Arc<ServerRuntime>, E>>,
     {
-        let mut load = Some(load);
-        let mut loaded: Option<Arc<ServerRuntime>> = None;
-        let acquire_timeout = Duration::from_secs(self.settings.connect_timeout_secs + 5);
-        // A stopped actor can linger in the registry for an instant: try again then.
         if let Some(entry) = self.registry.get(key)
             && let Some((client, generation)) = entry.slot.current()
         {
@@ -366,6 +362,22 @@ impl Pool {
                 generation,
             });
         }
+        // Boxed: a call on a live connection (the common case) then carries a pointer, not
+        // the kilobytes of a connect in its future, which every task spawn and move copies.
+        Box::pin(self.lease_through_actor(key, load)).await
+    }
+
+    /// A lease from the connection's actor, started (with `load`'s runtime) if need be.
+    async fn lease_through_actor<E, F, Fut>(&self, key: &ConnectionKey, load: F) -> Result<Lease, E>
+    where
+        E: From<PoolError>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Arc<ServerRuntime>, E>>,
+    {
+        let mut load = Some(load);
+        let mut loaded: Option<Arc<ServerRuntime>> = None;
+        let acquire_timeout = Duration::from_secs(self.settings.connect_timeout_secs + 5);
+        // A stopped actor can linger in the registry for an instant: try again then.
         for _ in 0..3 {
             let actor = match self.registry.get(key) {
                 Some(entry) if is_alive(&entry.actor) => entry.actor,

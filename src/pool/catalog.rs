@@ -208,27 +208,32 @@ impl Catalogs {
 
     /// `cache`'s entry for the lease's connection, loading it once on a miss (concurrent
     /// misses share one load); hits and misses are counted under `catalog`.
-    async fn cached<V: Clone + Send + Sync + 'static>(
+    ///
+    /// The load is made and the miss awaited only on a miss, boxed: a hit's future (every
+    /// tool call's) stays small instead of holding moka's loader and the list request.
+    async fn cached<
+        V: Clone + Send + Sync + 'static,
+        Load: Future<Output = Result<V, PoolError>>,
+    >(
         &self,
         cache: &Cache<ConnectionKey, V>,
         catalog: &'static str,
         lease: &Lease,
-        load: impl Future<Output = Result<V, PoolError>>,
+        load: impl FnOnce() -> Load,
     ) -> Result<V, PoolError> {
         if let Some(hit) = cache.get(&lease.key).await {
             self.metrics.catalog_lookup(catalog, true);
             return Ok(hit);
         }
         self.metrics.catalog_lookup(catalog, false);
-        cache
-            .try_get_with(lease.key.clone(), load)
+        Box::pin(cache.try_get_with(lease.key.clone(), load()))
             .await
             .map_err(flatten)
     }
 
     pub async fn tools(&self, lease: &Lease) -> Result<Arc<ToolCatalog>, PoolError> {
         let timeout = lease.runtime.call_timeout;
-        self.cached(&self.tools, "tools", lease, async {
+        self.cached(&self.tools, "tools", lease, || async move {
             let tools = lease.client.list_tools(timeout).await?;
             Ok(self.shared_tools.intern(tools))
         })
@@ -238,7 +243,7 @@ impl Catalogs {
     pub async fn resources(&self, lease: &Lease) -> Result<Arc<ResourceCatalog>, PoolError> {
         let timeout = lease.runtime.call_timeout;
         let capabilities = lease.client.capabilities();
-        self.cached(&self.resources, "resources", lease, async {
+        self.cached(&self.resources, "resources", lease, || async move {
             if !capabilities.resources {
                 return Ok(Arc::new(ResourceCatalog {
                     resources: Vec::new(),
@@ -263,7 +268,7 @@ impl Catalogs {
     pub async fn prompts(&self, lease: &Lease) -> Result<Arc<Vec<Prompt>>, PoolError> {
         let timeout = lease.runtime.call_timeout;
         let capabilities = lease.client.capabilities();
-        self.cached(&self.prompts, "prompts", lease, async {
+        self.cached(&self.prompts, "prompts", lease, || async move {
             if !capabilities.prompts {
                 return Ok(Arc::new(Vec::new()));
             }

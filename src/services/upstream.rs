@@ -223,7 +223,7 @@ impl UpstreamService {
     async fn lease_in(&self, user: &UserId, server_id: &str, scope: Option<&str>) -> Result<Lease> {
         match self.lease_unexplained(user, server_id, scope).await {
             Ok(lease) => Ok(lease),
-            Err(error) => Err(self.explained(user, server_id, error).await),
+            Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
         }
     }
 
@@ -263,7 +263,9 @@ impl UpstreamService {
         {
             return self.pool.lease(&shared, load).await;
         }
-        let runtime = load().await?;
+        // Boxed, like every path that reads the database or connects: a call on a live
+        // connection's future stays small (see `Pool::lease`).
+        let runtime = Box::pin(load()).await?;
         let key = match runtime.server.spec.session_scope {
             SessionScope::Conversation => scoped,
             SessionScope::User => shared,
@@ -476,7 +478,7 @@ impl UpstreamService {
         );
         match result {
             Ok(outcome) => Ok(ToolCallReport { outcome, latency }),
-            Err(error) => Err(self.explained(user, server_id, error).await),
+            Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
         }
     }
 
