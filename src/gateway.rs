@@ -359,6 +359,9 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
     capabilities
 }
 
+/// rmcp runs each request in a task it spawns, whose future is as large as the largest of
+/// these methods' futures, and a spawn copies it several times over: the services' futures
+/// are boxed here (`Box::pin`), so a call's task holds pointers, not ~13 KB of state.
 impl ServerHandler for GatewayHandler {
     async fn initialize(
         &self,
@@ -368,7 +371,7 @@ impl ServerHandler for GatewayHandler {
         context.peer.set_peer_info(request.clone());
         let mut result = self.negotiate_initialize(&request)?;
         if let Ok(principal) = self.principal(&context.extensions)
-            && let Ok(features) = self.service.features(&principal).await
+            && let Ok(features) = Box::pin(self.service.features(&principal)).await
         {
             result.capabilities = capabilities(features);
         }
@@ -382,8 +385,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<(), ErrorData> {
         let principal = self.principal(&context.extensions)?;
         self.listening.lock().expect("listening lock").level = Some(request.level);
-        self.service
-            .set_log_level(&principal, request.level)
+        Box::pin(self.service.set_log_level(&principal, request.level))
             .await
             .map_err(to_mcp_error)
     }
@@ -394,8 +396,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        self.service
-            .complete(&principal, request)
+        Box::pin(self.service.complete(&principal, request))
             .await
             .map_err(to_mcp_error)
     }
@@ -406,8 +407,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        self.service
-            .subscription(&principal, &request.uri, true)
+        Box::pin(self.service.subscription(&principal, &request.uri, true))
             .await
             .map_err(to_mcp_error)?;
         self.listening
@@ -501,7 +501,9 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        let tools = self.service.tools(&principal).await.map_err(to_mcp_error)?;
+        let tools = Box::pin(self.service.tools(&principal))
+            .await
+            .map_err(to_mcp_error)?;
         Ok(ListToolsResult::with_all_items(tools.tools()))
     }
 
@@ -511,14 +513,14 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        if let Some(answer) = self.call_in_rounds(&principal, &request, &context).await {
+        if let Some(answer) = Box::pin(self.call_in_rounds(&principal, &request, &context)).await {
             return answer;
         }
         let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
         let token = context.meta.get_progress_token();
         let cancel: CancellationToken = context.ct.clone();
         let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
-        let call = self.service.call(
+        let mut call = Box::pin(self.service.call(
             &principal,
             &request.name,
             request.arguments,
@@ -529,7 +531,7 @@ impl ServerHandler for GatewayHandler {
             },
             &cancel,
             self.max_result_bytes,
-        );
+        ));
         let relay = |update: crate::mcp::Progress| {
             let (peer, token) = (context.peer.clone(), token.clone());
             async move {
@@ -541,7 +543,6 @@ impl ServerHandler for GatewayHandler {
                 }
             }
         };
-        tokio::pin!(call);
         let result = loop {
             tokio::select! {
                 biased;
@@ -596,9 +597,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        let (resources, _) = self
-            .service
-            .resources(&principal)
+        let (resources, _) = Box::pin(self.service.resources(&principal))
             .await
             .map_err(to_mcp_error)?;
         Ok(ListResourcesResult::with_all_items(resources))
@@ -610,9 +609,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        let (_, templates) = self
-            .service
-            .resources(&principal)
+        let (_, templates) = Box::pin(self.service.resources(&principal))
             .await
             .map_err(to_mcp_error)?;
         Ok(ListResourceTemplatesResult::with_all_items(templates))
@@ -624,8 +621,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        self.service
-            .read_resource(&principal, &request.uri)
+        Box::pin(self.service.read_resource(&principal, &request.uri))
             .await
             .map(Into::into)
             .map_err(to_mcp_error)
@@ -637,9 +633,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        let prompts = self
-            .service
-            .prompts(&principal)
+        let prompts = Box::pin(self.service.prompts(&principal))
             .await
             .map_err(to_mcp_error)?;
         Ok(ListPromptsResult::with_all_items(prompts))
@@ -651,10 +645,12 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
-        self.service
-            .get_prompt(&principal, &request.name, request.arguments)
-            .await
-            .map(Into::into)
-            .map_err(to_mcp_error)
+        Box::pin(
+            self.service
+                .get_prompt(&principal, &request.name, request.arguments),
+        )
+        .await
+        .map(Into::into)
+        .map_err(to_mcp_error)
     }
 }
