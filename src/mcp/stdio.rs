@@ -13,7 +13,7 @@
 //!   its buffer behind (rmcp keeps the read buffer at its largest size for the life of
 //!   the connection: 16 MiB per connection after one big result).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,6 +23,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use regex::bytes::Regex;
 use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolResult, ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcResponse, RequestId,
+    ServerNotification, ServerRequest, ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -51,6 +55,55 @@ pub struct StdioTransport {
     group: ChildGroup,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     reader: LineReader<ChildStdout>,
+    calls: PendingCalls,
+}
+
+/// Ids of the `tools/call` requests sent and not answered yet, so that their answers are
+/// read as tool results at once. rmcp's `ServerResult` is an untagged union that lists
+/// `CallToolResult` 16th: read through it, each call's answer first failed 15 other
+/// shapes, a serde error formatted for each (a fifth of a REST call's instructions).
+#[derive(Clone, Default)]
+struct PendingCalls(Arc<Mutex<HashSet<RequestId>>>);
+
+/// More unanswered calls than this on one connection means answers went missing (a
+/// server that never answers what was cancelled): the ids are dropped, and the answers
+/// that still come are read the general way, as any other answer.
+const MAX_PENDING_CALLS: usize = 65_536;
+
+impl PendingCalls {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a call going out, or one the client gave up on.
+    fn outgoing(&self, message: &TxJsonRpcMessage<RoleClient>) {
+        match message {
+            JsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
+            {
+                let mut set = self.set();
+                if set.len() >= MAX_PENDING_CALLS {
+                    set.clear();
+                }
+                set.insert(request.id.clone());
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    self.set().remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn answered(&self, id: &RequestId) -> bool {
+        self.set().remove(id)
+    }
 }
 
 impl StdioTransport {
@@ -75,6 +128,7 @@ impl StdioTransport {
             .take()
             .ok_or_else(|| std::io::Error::other("stdout was not piped"))?;
         let stderr = child.stderr.take();
+        let calls = PendingCalls::default();
         Ok((
             Self {
                 group: ChildGroup {
@@ -82,7 +136,8 @@ impl StdioTransport {
                     leader: Some(child),
                 },
                 stdin: Arc::new(tokio::sync::Mutex::new(stdin)),
-                reader: LineReader::new(stdout, max_message_bytes),
+                reader: LineReader::new(stdout, max_message_bytes, calls.clone()),
+                calls,
             },
             stderr,
         ))
@@ -116,6 +171,7 @@ impl Transport<RoleClient> for StdioTransport {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let stdin = self.stdin.clone();
+        self.calls.outgoing(&item);
         async move {
             let mut line = serde_json::to_vec(&item)?;
             line.push(b'\n');
@@ -313,6 +369,7 @@ struct LineReader<R> {
     read: BufReader<R>,
     line: Vec<u8>,
     max: usize,
+    calls: PendingCalls,
     /// Set while the rest of an oversized line is being skipped (reads may be cancelled
     /// between chunks, so this lives here and not on the stack).
     skipping: Option<Skipped>,
@@ -325,11 +382,12 @@ struct Skipped {
 }
 
 impl<R: tokio::io::AsyncRead + Unpin + Send> LineReader<R> {
-    fn new(read: R, max: usize) -> Self {
+    fn new(read: R, max: usize, calls: PendingCalls) -> Self {
         Self {
             read: BufReader::new(read),
             line: Vec::new(),
             max,
+            calls,
             skipping: None,
         }
     }
@@ -376,7 +434,7 @@ impl<R: tokio::io::AsyncRead + Unpin + Send> LineReader<R> {
                 }
                 continue;
             }
-            let parsed = parse_line(&self.line);
+            let parsed = parse_line(&self.line, &self.calls);
             self.line.clear();
             if self.line.capacity() > KEPT_BUFFER {
                 self.line.shrink_to(KEPT_BUFFER);
@@ -449,16 +507,53 @@ impl Skipped {
     }
 }
 
+/// A message whose answer, if it is one, is read as a tool result.
+type ToolCallMessage = JsonRpcMessage<ServerRequest, CallToolResult, ServerNotification>;
+
 /// One message, or `None` for a line that is empty or not a message (logged).
-fn parse_line(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+///
+/// While calls are unanswered, a line is first read as a tool call's answer: taken when it
+/// answers one of them; requests, notifications and errors read this way are taken as they
+/// are. Anything else (an answer to another request, a line this reading refuses) is read
+/// the general way, as rmcp would, so a call's answer that is not a plain tool result (a
+/// task, an input request) comes out just as before.
+fn parse_line(line: &[u8], calls: &PendingCalls) -> Option<RxJsonRpcMessage<RoleClient>> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
+    let any_pending = !calls.set().is_empty();
+    if any_pending && let Ok(message) = serde_json::from_slice::<ToolCallMessage>(line) {
+        match message {
+            JsonRpcMessage::Response(answer) if calls.answered(&answer.id) => {
+                return Some(JsonRpcMessage::Response(JsonRpcResponse {
+                    jsonrpc: answer.jsonrpc,
+                    id: answer.id,
+                    result: ServerResult::CallToolResult(answer.result),
+                }));
+            }
+            JsonRpcMessage::Response(_) => {}
+            JsonRpcMessage::Request(request) => return Some(JsonRpcMessage::Request(request)),
+            JsonRpcMessage::Notification(notification) => {
+                return Some(JsonRpcMessage::Notification(notification));
+            }
+            JsonRpcMessage::Error(error) => {
+                if let Some(id) = &error.id {
+                    calls.answered(id);
+                }
+                return Some(JsonRpcMessage::Error(error));
+            }
+        }
+    }
     match serde_json::from_slice(line) {
-        Ok(message) => Some(message),
+        Ok(message) => {
+            if any_pending && let JsonRpcMessage::Response(JsonRpcResponse { id, .. }) = &message {
+                calls.answered(id);
+            }
+            Some(message)
+        }
         Err(error) => {
             tracing::debug!(%error, "ignored a line from a stdio server that is not a message");
             None
@@ -477,7 +572,7 @@ mod tests {
     use super::*;
 
     async fn read_all(input: &[u8], max: usize) -> (Vec<RxJsonRpcMessage<RoleClient>>, usize) {
-        let mut reader = LineReader::new(input, max);
+        let mut reader = LineReader::new(input, max, PendingCalls::default());
         let mut out = Vec::new();
         while let Some(message) = reader.next_message().await {
             out.push(message);
@@ -512,6 +607,72 @@ mod tests {
             Some((MESSAGE_TOO_LARGE_CODE, "\"abc\"".into()))
         );
         assert_eq!(error_code(&messages[2]), None, "the next message is intact");
+    }
+
+    /// The answers a server sends while a call is unanswered come out as rmcp reads them:
+    /// the call's own as its tool result, others (a list, a task, a call that was never
+    /// made) as the general reading makes them; and the call is forgotten once answered.
+    #[tokio::test]
+    async fn answers_read_while_calls_are_pending_come_out_as_rmcp_reads_them() {
+        let calls = PendingCalls::default();
+        let call = |id: i64, name: &str| {
+            let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+                rmcp::model::CallToolRequestParams::new(name.to_owned()),
+            ));
+            calls.outgoing(&JsonRpcMessage::request(request, RequestId::Number(id)));
+        };
+        call(1, "echo");
+        call(2, "slow");
+        call(3, "tasked");
+        let input = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":3,"result":{"resultType":"task","taskId":"t1","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":null}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"no"}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            "\n",
+        );
+        let mut reader = LineReader::new(input.as_bytes(), 4096, calls.clone());
+        let mut read = Vec::new();
+        while let Some(message) = reader.next_message().await {
+            read.push(message);
+        }
+        let general =
+            |line: &str| -> RxJsonRpcMessage<RoleClient> { serde_json::from_str(line).unwrap() };
+        let lines: Vec<&str> = input.lines().collect();
+        assert_eq!(read.len(), lines.len());
+        for (message, line) in read.iter().zip(&lines) {
+            assert_eq!(
+                serde_json::to_value(message).unwrap(),
+                serde_json::to_value(general(line)).unwrap(),
+                "{line}"
+            );
+        }
+        let result = |message: &RxJsonRpcMessage<RoleClient>| match message {
+            JsonRpcMessage::Response(answer) => Some(answer.result.clone()),
+            _ => None,
+        };
+        assert!(matches!(
+            result(&read[0]),
+            Some(ServerResult::CallToolResult(_))
+        ));
+        assert!(matches!(
+            result(&read[1]),
+            Some(ServerResult::ListToolsResult(_))
+        ));
+        assert!(matches!(read[2], JsonRpcMessage::Notification(_)));
+        assert!(matches!(
+            result(&read[3]),
+            Some(ServerResult::CreateTaskResult(_))
+        ));
+        assert!(matches!(read[4], JsonRpcMessage::Error(_)));
+        assert!(calls.set().is_empty(), "every call was answered");
     }
 
     #[tokio::test]
