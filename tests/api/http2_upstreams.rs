@@ -154,36 +154,7 @@ async fn tls_servers_offering_http2_get_it_and_sessions_past_their_stream_limit_
         })
         .await;
         // One session per user, each holding its standing stream, all on one server.
-        let mut calls = 0;
-        for user in 0..USERS {
-            let user = format!("u{user}");
-            let server = app
-                .create_server_ok(
-                    &user,
-                    json!({"name": "tls", "baseUrl": format!("{}/mcp", front.base)}),
-                )
-                .await;
-            for round in 0..2 {
-                let echo = tokio::time::timeout(
-                    Duration::from_secs(20),
-                    app.call(
-                        &user,
-                        &server,
-                        "echo",
-                        json!({field: format!("{user} {round}")}),
-                    ),
-                )
-                .await
-                .unwrap_or_else(|_| panic!("{user}'s call waited 20 s: no stream for it"));
-                assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
-                assert!(
-                    echo.text.contains(&format!("{user} {round}")),
-                    "{}",
-                    echo.text
-                );
-                calls += 1;
-            }
-        }
+        let calls = echo_as_each_user(&app, USERS, &front.base, field, 2).await;
         let posts: Vec<(u64, String, String)> = front
             .requests()
             .into_iter()
@@ -202,6 +173,47 @@ async fn tls_servers_offering_http2_get_it_and_sessions_past_their_stream_limit_
             "{posts:?}"
         );
     }
+}
+
+/// Users `u0`, `u1`, … each add a server at `{base}/mcp` and call its `echo` `rounds`
+/// times (the text in argument `field`), each answered within 20 s with its own text.
+/// Returns the calls made.
+async fn echo_as_each_user(
+    app: &crate::helpers::TestApp,
+    users: usize,
+    base: &str,
+    field: &str,
+    rounds: usize,
+) -> usize {
+    for user in 0..users {
+        let user = format!("u{user}");
+        let server = app
+            .create_server_ok(
+                &user,
+                json!({"name": "tls", "baseUrl": format!("{base}/mcp")}),
+            )
+            .await;
+        for round in 0..rounds {
+            let echo = tokio::time::timeout(
+                Duration::from_secs(20),
+                app.call(
+                    &user,
+                    &server,
+                    "echo",
+                    json!({field: format!("{user} {round}")}),
+                ),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{user}'s call waited 20 s: no stream for it"));
+            assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+            assert!(
+                echo.text.contains(&format!("{user} {round}")),
+                "{}",
+                echo.text
+            );
+        }
+    }
+    users * rounds
 }
 
 /// A server that speaks HTTP/2 itself (hyper, as servers written with rmcp do): the fixture
@@ -226,31 +238,7 @@ async fn a_server_speaking_http2_itself_gets_one_connection_per_group_of_session
         s.pool.sessions_per_http_client = SESSIONS_PER_CLIENT;
     })
     .await;
-    for user in 0..USERS {
-        let user = format!("u{user}");
-        let server = app
-            .create_server_ok(
-                &user,
-                json!({"name": "h2", "baseUrl": format!("{}/mcp", upstream.base)}),
-            )
-            .await;
-        for round in 0..3 {
-            let echo = app
-                .call(
-                    &user,
-                    &server,
-                    "echo",
-                    json!({"text": format!("{user} {round}")}),
-                )
-                .await;
-            assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
-            assert!(
-                echo.text.contains(&format!("{user} {round}")),
-                "{}",
-                echo.text
-            );
-        }
-    }
+    echo_as_each_user(&app, USERS, &upstream.base, "text", 3).await;
     // Read over HTTP/1.1, so this reading is the one HTTP/1.1 connection.
     let counts: serde_json::Value = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
