@@ -341,14 +341,13 @@ impl Service {
         Ok(())
     }
 
-    /// Binds `server` to an assistant of its own, makes a gateway token and connects an
-    /// rmcp client to `/mcp/assistants/{id}`.
-    pub async fn gateway_client(
+    /// Binds `server` to `assistant` and makes a gateway token: the gateway's URL and token.
+    pub async fn gateway_endpoint(
         &self,
         user: &str,
         assistant: &str,
         server: &str,
-    ) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    ) -> Result<(String, String)> {
         self.bind(user, assistant, &[server]).await?;
         let created = self
             .post(
@@ -358,9 +357,24 @@ impl Service {
             )
             .await?;
         let token = created["token"].as_str().context("gateway token")?;
+        Ok((
+            format!("{}/mcp/assistants/{assistant}", self.base),
+            token.to_owned(),
+        ))
+    }
+
+    /// Binds `server` to an assistant of its own, makes a gateway token and connects an
+    /// rmcp client to `/mcp/assistants/{id}`.
+    pub async fn gateway_client(
+        &self,
+        user: &str,
+        assistant: &str,
+        server: &str,
+    ) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+        let (url, token) = self.gateway_endpoint(user, assistant, server).await?;
         let config =
             rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                format!("{}/mcp/assistants/{assistant}", self.base),
+                url,
             )
             .auth_header(token);
         // Kept-alive connections, as SDK clients use them (rmcp's default client opens one

@@ -114,6 +114,12 @@ enum Scenario {
         /// With neither peer, no venv is made (e.g. to profile the service alone).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// How the gateway and mcp-proxy are called: `rmcp` (the Rust SDK's client, a
+        /// task per message) or `http` (the JSON-RPC posted on a kept-alive connection and
+        /// the answer read from the body, as the wrk runs did), so the MCP paths
+        /// can be compared with the REST paths' plain HTTP client.
+        #[arg(long, value_enum, default_value_t = scenarios::peers::McpClientKind::Rmcp)]
+        mcp_client: scenarios::peers::McpClientKind,
     },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
@@ -186,7 +192,11 @@ async fn main() -> Result<()> {
             rounds,
             venv,
             only,
-        } => scenarios::peers::run(calls, concurrency, rounds, venv, only, cli.json).await,
+            mcp_client,
+        } => {
+            scenarios::peers::run(calls, concurrency, rounds, venv, only, mcp_client, cli.json)
+                .await
+        }
         Scenario::Soak {
             seconds,
             users,

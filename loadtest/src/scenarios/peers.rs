@@ -1,7 +1,8 @@
 //! `peers`: mcp-pool beside the peers a new user would try on the same upstream (the
 //! fixture's `echo` over stdio), measured in one run, interleaved:
 //! - the gateway (`/mcp/assistants/{id}`) vs mcp-proxy 0.13.0 (an MCP gateway in Python),
-//!   both through an rmcp client that keeps its connections and its MCP session;
+//!   both through one MCP session over kept-alive connections: rmcp's client by default,
+//!   or (`--mcp-client http`) the JSON-RPC posted by the REST paths' kind of client;
 //! - the REST call route vs mcpo (MCP → REST in Python), both through a kept-alive
 //!   reqwest client.
 //!
@@ -12,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -138,6 +140,140 @@ fn echo(name: &str) -> CallToolRequestParams {
     params
 }
 
+/// How the MCP paths (the gateway, mcp-proxy) are called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpClientKind {
+    /// rmcp's client: what a Rust SDK user runs (its own tasks per message).
+    Rmcp,
+    /// The JSON-RPC posted by hand on a kept-alive connection and the answer read from the
+    /// body, nothing else, like the REST paths' client (and the issue's wrk runs).
+    Http,
+}
+
+/// One MCP session (2025-06-18) over a kept-alive reqwest client, spoken by hand: a call
+/// is one POST, its answer the body's JSON or the SSE event that carries it.
+struct HttpSession {
+    client: reqwest::Client,
+    url: String,
+    token: Option<String>,
+    session: Option<String>,
+    next_id: AtomicU64,
+}
+
+impl HttpSession {
+    async fn open(url: String, token: Option<&str>) -> Result<Self> {
+        let mut session = HttpSession {
+            client: reqwest::Client::new(),
+            url,
+            token: token.map(str::to_owned),
+            session: None,
+            next_id: AtomicU64::new(1),
+        };
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "loadtest", "version": "0"}}});
+        let response = session.post(&initialize).send().await?.error_for_status()?;
+        session.session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .map(str::to_owned);
+        answer(response, 0).await.context("initialize")?;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        session
+            .post(&initialized)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(session)
+    }
+
+    fn post(&self, message: &Value) -> reqwest::RequestBuilder {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(message);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request
+    }
+
+    /// `tools/call`; fails unless the tool answered without `isError`.
+    async fn call(&self, name: &str, arguments: &Value) -> Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}});
+        let response = self.post(&request).send().await?.error_for_status()?;
+        let result = answer(response, id).await?;
+        anyhow::ensure!(
+            result["isError"] != json!(true),
+            "the call failed: {result}"
+        );
+        Ok(())
+    }
+}
+
+/// The result of the JSON-RPC answer to request `id`, from a JSON or an SSE body.
+async fn answer(response: reqwest::Response, id: u64) -> Result<Value> {
+    let sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let body = response.text().await?;
+    let messages: Vec<Value> = if sse {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .filter(|data| !data.is_empty())
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![serde_json::from_str(&body)?]
+    };
+    let message = messages
+        .into_iter()
+        .find(|message| message["id"] == json!(id))
+        .with_context(|| format!("no answer to request {id} in {body}"))?;
+    match message.get("result") {
+        Some(result) => Ok(result.clone()),
+        None => bail!("request {id} failed: {message}"),
+    }
+}
+
+/// An MCP session of either kind.
+enum McpCaller {
+    Rmcp(rmcp::service::RunningService<rmcp::RoleClient, ()>),
+    Http(HttpSession),
+}
+
+impl McpCaller {
+    async fn open(kind: McpClientKind, url: String, token: Option<&str>) -> Result<Self> {
+        Ok(match kind {
+            McpClientKind::Rmcp => McpCaller::Rmcp(mcp_client(url, token).await?),
+            McpClientKind::Http => McpCaller::Http(HttpSession::open(url, token).await?),
+        })
+    }
+
+    /// The fixture's `echo` as `name`.
+    async fn echo(&self, name: &str) -> Result<()> {
+        match self {
+            McpCaller::Rmcp(peer) => {
+                let result = peer.call_tool(echo(name)).await?;
+                anyhow::ensure!(result.is_error != Some(true), "the call failed");
+            }
+            McpCaller::Http(session) => session.call(name, &json!({"text": "hello"})).await?,
+        }
+        Ok(())
+    }
+}
+
 /// The four paths, in the order each round runs them.
 const PATHS: [&str; 4] = ["gateway", "mcp-proxy", "rest", "mcpo"];
 
@@ -153,6 +289,7 @@ pub async fn run(
     rounds: usize,
     venv: PathBuf,
     only: Vec<String>,
+    mcp_client: McpClientKind,
     as_json: bool,
 ) -> Result<()> {
     for path in &only {
@@ -173,7 +310,8 @@ pub async fn run(
             json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
         )
         .await?;
-    let gateway = Arc::new(service.gateway_client(USER, "peers", &server).await?);
+    let (gateway_url, gateway_token) = service.gateway_endpoint(USER, "peers", &server).await?;
+    let gateway = Arc::new(McpCaller::open(mcp_client, gateway_url, Some(&gateway_token)).await?);
     let rest_path = Arc::new(format!("/api/mcp-servers/{server}/tools/echo/call"));
 
     let proxy_port = free_port()?;
@@ -200,7 +338,7 @@ pub async fn run(
     };
     let proxy_client = match &proxy {
         Some(proxy) => Some(Arc::new(
-            mcp_client(format!("{}/mcp", proxy.base), None).await?,
+            McpCaller::open(mcp_client, format!("{}/mcp", proxy.base), None).await?,
         )),
         None => None,
     };
@@ -249,14 +387,9 @@ pub async fn run(
                         } else {
                             (proxy_client.clone().context("mcp-proxy runs")?, "echo")
                         };
-                        let params = Arc::new(echo(name));
                         measure(calls, concurrency, move || {
-                            let (peer, params) = (peer.clone(), params.clone());
-                            async move {
-                                let result = peer.call_tool((*params).clone()).await?;
-                                anyhow::ensure!(result.is_error != Some(true), "the call failed");
-                                Ok(())
-                            }
+                            let peer = peer.clone();
+                            async move { peer.echo(name).await }
                         })
                         .await?
                     }
@@ -311,11 +444,14 @@ pub async fn run(
         let cells: Vec<(f64, f64, f64)> = (0..PATHS.len()).map(cell).collect();
         rows.push((concurrency, cells));
     }
+    // The name given on the command line (`rmcp`, `http`).
+    let client_name =
+        clap::ValueEnum::to_possible_value(&mcp_client).map(|value| value.get_name().to_owned());
     if as_json {
         let json: Vec<Value> = rows
             .iter()
             .map(|(concurrency, cells)| {
-                let mut row = json!({"concurrency": concurrency});
+                let mut row = json!({"concurrency": concurrency, "mcp_client": client_name});
                 for (path, (throughput, p50, p99)) in PATHS.iter().zip(cells) {
                     row[*path] = json!({"calls_per_s": throughput, "p50_us": p50, "p99_us": p99});
                 }
@@ -330,7 +466,8 @@ pub async fn run(
     }
     println!(
         "peers: {calls} calls per cell, median of {rounds} interleaved rounds; fixture `echo` \
-         over stdio behind each; calls/s and p50/p99 in µs"
+         over stdio behind each; MCP client {}; calls/s and p50/p99 in µs",
+        client_name.as_deref().unwrap_or("?")
     );
     println!(
         "{:>4} | {:>18} | {:>18} | {:>18} | {:>18} | {:>9} {:>9} {:>9}",
