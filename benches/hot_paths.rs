@@ -1,6 +1,7 @@
 //! Criterion benches for the per-call hot paths: model-facing tool names, the prompt-mode
-//! parser, the tool catalog (lookup, schema validation, the cache hit) and the registry
-//! lookup behind every lease. `cargo bench --bench hot_paths`; figures in BENCHMARKS.md.
+//! parser, the tool catalog (lookup, schema validation, the cache hit), the registry
+//! lookup behind every lease and rmcp's parsing of a call's JSON-RPC messages.
+//! `cargo bench --bench hot_paths`; figures in BENCHMARKS.md.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -192,5 +193,29 @@ fn registry(c: &mut Criterion) {
     runtime.block_on(pool.shutdown());
 }
 
-criterion_group!(benches, tool_names, prompt_mode, tool_catalog, registry);
+/// The JSON-RPC messages of a gateway call, parsed as rmcp parses them: the client's
+/// `tools/call` as the gateway's server reads it, and the answer as an rmcp client reads it
+/// from the SSE stream (the load tool's gateway client, and the pool toward HTTP upstreams).
+fn jsonrpc(c: &mut Criterion) {
+    use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fixture.echo","arguments":{"text":"hello"},"_meta":{"progressToken":7}}}"#;
+    let answer = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}"#;
+    c.bench_function("jsonrpc/parse_tools_call", |b| {
+        b.iter(|| serde_json::from_slice::<ClientJsonRpcMessage>(black_box(call)).expect("call"))
+    });
+    c.bench_function("jsonrpc/parse_call_tool_result", |b| {
+        b.iter(|| {
+            serde_json::from_slice::<ServerJsonRpcMessage>(black_box(answer)).expect("answer")
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    tool_names,
+    prompt_mode,
+    tool_catalog,
+    registry,
+    jsonrpc
+);
 criterion_main!(benches);
