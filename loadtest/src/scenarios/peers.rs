@@ -474,17 +474,32 @@ pub async fn run(
         "conc", "gateway", "mcp-proxy", "REST", "mcpo", "gw/proxy", "rest/mcpo", "gw/rest"
     );
     for (concurrency, cells) in &rows {
-        let cell = |c: &(f64, f64, f64)| format!("{:>6.0} {:>5.0} {:>5.0}", c.0, c.1, c.2);
+        // A path left out (`--only`) shows as `-`, and so do the ratios it is part of.
+        let cell = |c: &(f64, f64, f64)| {
+            if c.0.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{:>6.0} {:>5.0} {:>5.0}", c.0, c.1, c.2)
+            }
+        };
+        let ratio = |a: usize, b: usize| {
+            let ratio = cells[a].0 / cells[b].0;
+            if ratio.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{ratio:.2}×")
+            }
+        };
         println!(
-            "{:>4} | {:>18} | {:>18} | {:>18} | {:>18} | {:>8.2}× {:>8.2}× {:>8.2}×",
+            "{:>4} | {:>18} | {:>18} | {:>18} | {:>18} | {:>9} {:>9} {:>9}",
             concurrency,
             cell(&cells[0]),
             cell(&cells[1]),
             cell(&cells[2]),
             cell(&cells[3]),
-            cells[0].0 / cells[1].0,
-            cells[2].0 / cells[3].0,
-            cells[0].0 / cells[2].0,
+            ratio(0, 1),
+            ratio(2, 3),
+            ratio(0, 2),
         );
     }
     Ok(())
