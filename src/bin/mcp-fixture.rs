@@ -689,25 +689,61 @@ async fn serve_http(
     }
 }
 
+/// stdin and stdout as non-blocking pipes when they are pipes, as when a client spawns the
+/// fixture. tokio's `stdin()`/`stdout()` (rmcp's `stdio()`) hand every read and write to
+/// the blocking pool: ~100 µs of CPU per call at 64 callers, as much as the service spends,
+/// on the cores the load tool's comparisons share. Anything else (a terminal, a file) is
+/// `None`, and rmcp's `stdio()` serves it.
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    // Both checked before either is made non-blocking: the flag is shared with fd 0 and 1,
+    // and rmcp's `stdio()` needs them blocking.
+    let pipe = |fd: std::os::fd::BorrowedFd<'_>| {
+        let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        let fifo = file.metadata().ok()?.file_type().is_fifo();
+        fifo.then_some(file)
+    };
+    let input = pipe(std::io::stdin().as_fd())?;
+    let output = pipe(std::io::stdout().as_fd())?;
+    let input = tokio::net::unix::pipe::Receiver::from_file(input).ok()?;
+    let output = tokio::net::unix::pipe::Sender::from_file(output).ok()?;
+    Some((input, output))
+}
+
+async fn serve_stdio<R, W>(fixture: Fixture, (input, output): (R, W)) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    match fixture.serve((input, output)).await {
+        Ok(service) => service
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(std::io::Error::other),
+        Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("stdio") => match (Fixture {
-            form_tool: args[1..].iter().any(|flag| flag == "--form-tool"),
-            clock_tool: args[1..].iter().any(|flag| flag == "--clock-tool"),
-            ..Fixture::default()
-        })
-        .serve(rmcp::transport::stdio())
-        .await
-        {
-            Ok(service) => service
-                .waiting()
-                .await
-                .map(|_| ())
-                .map_err(std::io::Error::other),
-            Err(e) => Err(std::io::Error::other(e)),
-        },
+        Some("stdio") => {
+            let fixture = Fixture {
+                form_tool: args[1..].iter().any(|flag| flag == "--form-tool"),
+                clock_tool: args[1..].iter().any(|flag| flag == "--clock-tool"),
+                ..Fixture::default()
+            };
+            match stdio_pipes() {
+                Some(pipes) => serve_stdio(fixture, pipes).await,
+                None => serve_stdio(fixture, rmcp::transport::stdio()).await,
+            }
+        }
         Some("http") => {
             let mut port = 0;
             let mut required = Required::default();

@@ -11,6 +11,7 @@ mod console;
 mod console_browser;
 mod elicitation;
 mod embedded;
+mod fixture_stdio;
 mod gateway;
 mod gateway_features;
 mod global_servers;
