@@ -51,14 +51,14 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
     let rounds = crate::gateway::rounds::Rounds::new(std::time::Duration::from_secs(
         settings.elicitation.timeout_secs,
     ));
-    let mcp = StreamableHttpService::new(
+    let mcp = SharedMcpService(Arc::new(StreamableHttpService::new(
         move || {
             Ok(GatewayHandler::new(gateway.clone(), None, max_result_bytes)
                 .with_rounds(rounds.clone()))
         },
         sessions.clone(),
         config,
-    );
+    )));
     Router::new()
         .route_service(GATEWAY_PATH, mcp)
         .route_layer(axum::middleware::from_fn_with_state(
@@ -69,6 +69,30 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
             state.clone(),
             authenticate,
         ))
+}
+
+/// rmcp's MCP service behind one `Arc`. axum clones a route's service (and each layer
+/// around it) for every request, and rmcp's clone copies its whole config, host and origin
+/// lists included: nine copies per gateway call.
+#[derive(Clone)]
+struct SharedMcpService(Arc<StreamableHttpService<GatewayHandler, LocalSessionManager>>);
+
+impl tower::Service<Request> for SharedMcpService {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.handle(request).await.map(axum::body::Body::new)) })
+    }
 }
 
 /// A DELETE naming a session this instance does not hold answers 404, as the MCP
