@@ -715,3 +715,139 @@ async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
         .unwrap();
     assert_eq!(text(&result), "no session");
 }
+
+/// A session's idle timer counts from its last message: a session in steady use outlives
+/// it, and one left alone still ends.
+#[tokio::test]
+async fn a_session_in_use_outlives_its_idle_timeout() {
+    let (app, token) = gateway_app_with(|s| s.gateway.session_idle_secs = 1).await;
+    // No silent re-initialization: an ended session must show as an error here.
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
+            .auth_header(token)
+            .reinit_on_expired_session(false);
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    for round in 0..8 {
+        let result = client
+            .call_tool(call("fx.echo", json!({"text": format!("round {round}")})))
+            .await
+            .expect("a session in use is kept");
+        assert_eq!(text(&result), format!("round {round}"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        client
+            .call_tool(call("fx.echo", json!({"text": "late"})))
+            .await
+            .is_err(),
+        "a session left idle past its timeout ends"
+    );
+}
+
+/// A call that takes a while has its answer's stream primed (an event id to resume from)
+/// while it runs: a client whose connection drops mid-call resumes with `Last-Event-ID`
+/// and still gets the answer.
+#[tokio::test]
+async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["slow"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let created = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "desktop"})),
+        )
+        .await;
+    let token = created.body["token"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let url = format!("{}/mcp/assistants/a1", app.address);
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(&url)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        request.send()
+    };
+    let initialized = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await
+    .unwrap();
+    let session = initialized.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    initialized.bytes().await.unwrap();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+
+    let call = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "fx.slow", "arguments": {"ms": 1500}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(call.status(), StatusCode::OK);
+    assert_eq!(call.headers()["content-type"], "text/event-stream");
+    let mut body = call.bytes_stream();
+    let mut received = String::new();
+    while !received.contains("\n\n") {
+        let chunk = body
+            .next()
+            .await
+            .expect("the stream sends an event")
+            .unwrap();
+        received.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let first = received.split("\n\n").next().unwrap().to_owned();
+    assert!(
+        !first.contains("slept"),
+        "the stream is primed before the call ends: {first:?}"
+    );
+    let event_id = first
+        .lines()
+        .find_map(|line| line.strip_prefix("id:"))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| panic!("the priming event has an id: {first:?}"));
+    drop(body);
+
+    let resumed = client
+        .get(&url)
+        .bearer_auth(&token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("last-event-id", &event_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    let replayed = resumed.text().await.unwrap();
+    assert!(
+        replayed.contains("slept 1500 ms") && replayed.contains(r#""id":7"#),
+        "the resumed stream carries the answer: {replayed}"
+    );
+}

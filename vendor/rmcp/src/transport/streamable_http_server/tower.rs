@@ -1518,6 +1518,38 @@ where
     }
 }
 
+/// mcp-pool: how long a request's response (its headers and priming event) waits for the
+/// first message behind it.
+const PRIMING_HOLD: Duration = Duration::from_millis(5);
+
+/// mcp-pool: a request's SSE stream, once its first message is there or [`PRIMING_HOLD`]
+/// has passed. Answered at once, the headers and the priming event left in a write and a
+/// TCP segment of their own while the call ran, and the answer in a second; a call
+/// answered within the hold now leaves in one. A slower call's stream is primed after the
+/// hold, as before, so it can still be resumed.
+async fn with_first_message<S>(mut stream: S) -> impl Stream<Item = ServerSseMessage>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin,
+{
+    let mut head = Vec::with_capacity(2);
+    let mut answered = false;
+    if let Some(first) = stream.next().await {
+        let priming = first.message.is_none();
+        head.push(first);
+        if priming && let Ok(Some(next)) = tokio::time::timeout(PRIMING_HOLD, stream.next()).await {
+            // A response on a request's stream is the answer to that request, its last
+            // message: the stream ends with it (in the same write, not one more).
+            answered = matches!(
+                next.message.as_deref(),
+                Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+            );
+            head.push(next);
+        }
+    }
+    let rest = (!answered).then_some(stream);
+    futures::stream::iter(head).chain(futures::stream::iter(rest).flatten())
+}
+
 /// Guard used inside [`StreamableHttpService::try_restore_from_store`].
 ///
 /// Ensures the `pending_restores` map entry is always cleaned up — even when
@@ -2237,7 +2269,7 @@ where
                             .await
                             .map_err(internal_error_response("get session"))?;
                         Ok(sse_stream_response(
-                            stream,
+                            with_first_message(Box::pin(stream)).await,
                             self.config.sse_keep_alive,
                             self.config.cancellation_token.child_token(),
                         ))
