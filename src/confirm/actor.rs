@@ -153,7 +153,7 @@ impl ActorState {
         let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
             return None;
         };
-        let executor = self.deps.executor.clone();
+        let (executor, store) = (self.deps.executor.clone(), self.deps.store.clone());
         let (me, user, call_id, arguments, scope) = (
             myself.clone(),
             self.user.clone(),
@@ -161,15 +161,37 @@ impl ActorState {
             record.arguments.clone(),
             self.scope.clone(),
         );
+        let (message, server_name) = (self.message, record.server_name.clone());
         let execution = async move {
             let outcome = executor(super::Execution {
-                user,
+                user: user.clone(),
                 server,
-                tool,
+                tool: tool.clone(),
                 arguments,
                 scope,
             })
             .await;
+            // The audit row here, before the actor hears of the result: a settled record's
+            // row is then always there, and the actor's turn for the result (which holds
+            // the message's next approval) makes one write, not two.
+            let audit = AuditEntry {
+                user_id: user,
+                server_id: Some(server),
+                server_name: server_name.unwrap_or_default(),
+                tool_name: tool,
+                message_id: Some(message),
+                outcome: AuditOutcome::Settled(if outcome.is_error {
+                    ToolCallStatus::Error
+                } else {
+                    ToolCallStatus::Done
+                }),
+                error_code: outcome.error_code.clone(),
+                latency_ms: Some(outcome.latency.as_millis() as i64),
+                decided_by: None,
+            };
+            if let Err(e) = store.audit().record(audit).await {
+                tracing::warn!(error = %e, "could not write an audit row");
+            }
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
         };
         Some(tokio::spawn(tracing::Instrument::instrument(execution, span.clone())).abort_handle())
@@ -404,23 +426,7 @@ impl Actor for ConfirmationActor {
                     } else {
                         ToolCallStatus::Done
                     };
-                    let record = state.records[index].clone();
-                    // The audit row first: once a record reads settled, its row is there
-                    // (the console and the audit API are read right after a call ends).
-                    let audit = AuditEntry {
-                        user_id: state.user.clone(),
-                        server_id: record.server_id,
-                        server_name: record.server_name.unwrap_or_default(),
-                        tool_name: record.tool_name.unwrap_or_default(),
-                        message_id: Some(state.message),
-                        outcome: AuditOutcome::Settled(status),
-                        error_code: outcome.error_code,
-                        latency_ms: Some(outcome.latency.as_millis() as i64),
-                        decided_by: None,
-                    };
-                    if let Err(e) = state.deps.store.audit().record(audit).await {
-                        tracing::warn!(error = %e, "could not write an audit row");
-                    }
+                    // Its audit row is written already (`start_execution`).
                     state
                         .settle(&[index], status, outcome.response, outcome.is_error)
                         .await?;
