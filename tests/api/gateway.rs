@@ -37,6 +37,12 @@ pub async fn gateway_app_with(adjust: impl FnOnce(&mut mcp_pool::Settings)) -> (
         )
         .await;
     app.bind_ok("u", "a1", [&fx, &every]).await;
+    let token = gateway_token(&app).await;
+    (app, token)
+}
+
+/// A new gateway token of user `u`'s assistant `a1`.
+async fn gateway_token(app: &TestApp) -> String {
     let created = app
         .user(
             "u",
@@ -49,7 +55,7 @@ pub async fn gateway_app_with(adjust: impl FnOnce(&mut mcp_pool::Settings)) -> (
     let token = created.body["token"].as_str().unwrap().to_owned();
     assert!(token.starts_with("mcpg_"));
     assert_eq!(created.body["endpoint"], "/mcp/assistants/a1");
-    (app, token)
+    token
 }
 
 pub async fn connect(
@@ -434,18 +440,27 @@ async fn a_session_left_idle_ends_with_its_tasks() {
     sessions_end(app, token, false).await;
 }
 
-/// Opens 30 sessions and sees their tasks go: after DELETE (`delete`) or idle expiry.
-async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
-    // No kept-alive connections: their tasks would blur the count.
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let url = format!("{}/mcp/assistants/a1", app.address);
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = client
-            .post(&url)
-            .bearer_auth(&token)
+/// The gateway spoken by hand: JSON-RPC posted as a client without an SDK would.
+struct RawGateway {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl RawGateway {
+    fn new(client: reqwest::Client, app: &TestApp, token: &str) -> Self {
+        Self {
+            client,
+            url: format!("{}/mcp/assistants/a1", app.address),
+            token: token.to_owned(),
+        }
+    }
+
+    async fn post(&self, session: Option<&str>, body: Value) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.token)
             .header("accept", "application/json, text/event-stream")
             .json(&body);
         if let Some(session) = session {
@@ -453,34 +468,48 @@ async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
                 .header("mcp-session-id", session)
                 .header("mcp-protocol-version", "2025-06-18");
         }
-        request.send()
-    };
-    let open = || async {
-        let initialized = post(
-            None,
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"}}}),
-        )
-        .await
-        .unwrap();
+        request.send().await.unwrap()
+    }
+
+    /// Initializes a 2025-06-18 session: its id.
+    async fn open(&self) -> String {
+        let initialized = self
+            .post(
+                None,
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"}}}),
+            )
+            .await;
         let session = initialized.headers()["mcp-session-id"]
             .to_str()
             .unwrap()
             .to_owned();
         initialized.bytes().await.unwrap();
-        let ack = post(
-            Some(&session),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        )
-        .await
-        .unwrap();
+        let ack = self
+            .post(
+                Some(&session),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
         assert_eq!(ack.status(), StatusCode::ACCEPTED);
         session
-    };
+    }
+}
+
+/// Opens 30 sessions and sees their tasks go: after DELETE (`delete`) or idle expiry.
+async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
+    // No kept-alive connections: their tasks would blur the count.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let gateway = RawGateway::new(client.clone(), &app, &token);
+    let url = &gateway.url;
+    let open = || gateway.open();
     let delete = |session: String| {
         client
-            .delete(&url)
+            .delete(url)
             .bearer_auth(&token)
             .header("mcp-session-id", session)
             .header("mcp-protocol-version", "2025-06-18")
@@ -759,57 +788,18 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
         )
         .await;
     app.bind_ok("u", "a1", [&fx]).await;
-    let created = app
-        .user(
-            "u",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "desktop"})),
+    let token = gateway_token(&app).await;
+    let client = reqwest::Client::new();
+    let gateway = RawGateway::new(client.clone(), &app, &token);
+    let session = gateway.open().await;
+
+    let call = gateway
+        .post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "fx.slow", "arguments": {"ms": 1500}}}),
         )
         .await;
-    let token = created.body["token"].as_str().unwrap().to_owned();
-    let client = reqwest::Client::new();
-    let url = format!("{}/mcp/assistants/a1", app.address);
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = client
-            .post(&url)
-            .bearer_auth(&token)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(session) = session {
-            request = request
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", "2025-06-18");
-        }
-        request.send()
-    };
-    let initialized = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"}}}),
-    )
-    .await
-    .unwrap();
-    let session = initialized.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    initialized.bytes().await.unwrap();
-    post(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .unwrap();
-
-    let call = post(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "fx.slow", "arguments": {"ms": 1500}}}),
-    )
-    .await
-    .unwrap();
     assert_eq!(call.status(), StatusCode::OK);
     assert_eq!(call.headers()["content-type"], "text/event-stream");
     let mut body = call.bytes_stream();
@@ -835,7 +825,7 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
     drop(body);
 
     let resumed = client
-        .get(&url)
+        .get(&gateway.url)
         .bearer_auth(&token)
         .header("accept", "text/event-stream")
         .header("mcp-session-id", &session)
