@@ -44,6 +44,17 @@ pub struct ExecOutcome {
     pub latency: Duration,
 }
 
+impl ExecOutcome {
+    /// What the record settles as: the same for its audit row and for the record.
+    pub fn status(&self) -> ToolCallStatus {
+        if self.is_error {
+            ToolCallStatus::Error
+        } else {
+            ToolCallStatus::Done
+        }
+    }
+}
+
 /// Runs one approved call: (user, server, tool, arguments).
 pub type Executor = Arc<dyn Fn(Execution) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
 

@@ -180,11 +180,7 @@ impl ActorState {
                 server_name: server_name.unwrap_or_default(),
                 tool_name: tool,
                 message_id: Some(message),
-                outcome: AuditOutcome::Settled(if outcome.is_error {
-                    ToolCallStatus::Error
-                } else {
-                    ToolCallStatus::Done
-                }),
+                outcome: AuditOutcome::Settled(outcome.status()),
                 error_code: outcome.error_code.clone(),
                 latency_ms: Some(outcome.latency.as_millis() as i64),
                 decided_by: None,
@@ -421,14 +417,14 @@ impl Actor for ConfirmationActor {
                 if let Some(index) = state.index(&call_id)
                     && state.records[index].status == ToolCallStatus::Invoking
                 {
-                    let status = if outcome.is_error {
-                        ToolCallStatus::Error
-                    } else {
-                        ToolCallStatus::Done
-                    };
                     // Its audit row is written already (`start_execution`).
                     state
-                        .settle(&[index], status, outcome.response, outcome.is_error)
+                        .settle(
+                            &[index],
+                            outcome.status(),
+                            outcome.response,
+                            outcome.is_error,
+                        )
                         .await?;
                 }
             }
