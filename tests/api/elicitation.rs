@@ -7,7 +7,6 @@ use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ElicitRequestParams, ElicitResult, ElicitationAction};
 use rmcp::service::RequestContext;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ErrorData, RoleClient};
 use serde_json::json;
 
@@ -74,11 +73,7 @@ async fn a_servers_question_reaches_the_gateway_client_of_its_own_call_only() {
     let alice_token = setup(&app, "alice", &upstream).await;
     let bob_token = setup(&app, "bob", &upstream).await;
     let connect = |token: String, answer: &'static str| {
-        let config = StreamableHttpClientTransportConfig::with_uri(format!(
-            "{}/mcp/assistants/a1",
-            app.address
-        ))
-        .auth_header(token);
+        let config = app.gateway_client_config("a1", &token);
         async move {
             Answering { answer }
                 .serve(StreamableHttpClientTransport::from_config(config))
@@ -384,9 +379,7 @@ async fn a_2026_07_28_client_answers_a_servers_question_in_rounds() {
         None,
     )
     .await;
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     let client = RoundAnswering
         .serve_with_lifecycle(
             StreamableHttpClientTransport::from_config(config),

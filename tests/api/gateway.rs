@@ -8,7 +8,6 @@ use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_pool_app_with};
@@ -37,12 +36,6 @@ pub async fn gateway_app_with(adjust: impl FnOnce(&mut mcp_pool::Settings)) -> (
         )
         .await;
     app.bind_ok("u", "a1", [&fx, &every]).await;
-    let token = gateway_token(&app).await;
-    (app, token)
-}
-
-/// A new gateway token of user `u`'s assistant `a1`.
-async fn gateway_token(app: &TestApp) -> String {
     let created = app
         .user(
             "u",
@@ -55,7 +48,7 @@ async fn gateway_token(app: &TestApp) -> String {
     let token = created.body["token"].as_str().unwrap().to_owned();
     assert!(token.starts_with("mcpg_"));
     assert_eq!(created.body["endpoint"], "/mcp/assistants/a1");
-    token
+    (app, token)
 }
 
 pub async fn connect(
@@ -63,14 +56,11 @@ pub async fn connect(
     assistant: &str,
     token: &str,
 ) -> RunningService<rmcp::RoleClient, ()> {
-    let config = StreamableHttpClientTransportConfig::with_uri(format!(
-        "{}/mcp/assistants/{assistant}",
-        app.address
+    ().serve(StreamableHttpClientTransport::from_config(
+        app.gateway_client_config(assistant, token),
     ))
-    .auth_header(token);
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("the gateway accepts an MCP client")
+    .await
+    .expect("the gateway accepts an MCP client")
 }
 
 fn call(name: &str, arguments: Value) -> CallToolRequestParams {
@@ -233,9 +223,7 @@ impl rmcp::ClientHandler for Recorder {
 async fn progress_is_relayed_and_list_changes_are_announced() {
     let (app, token) = gateway_app().await;
     let recorder = Recorder::default();
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     let client = recorder
         .clone()
         .serve(StreamableHttpClientTransport::from_config(config))
@@ -456,19 +444,27 @@ impl RawGateway {
         }
     }
 
-    async fn post(&self, session: Option<&str>, body: Value) -> reqwest::Response {
-        let mut request = self
+    /// A request to the endpoint with the token, and in `session` when one is given.
+    fn request(&self, method: Method, session: Option<&str>) -> reqwest::RequestBuilder {
+        let request = self
             .client
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(session) = session {
-            request = request
+            .request(method, &self.url)
+            .bearer_auth(&self.token);
+        match session {
+            Some(session) => request
                 .header("mcp-session-id", session)
-                .header("mcp-protocol-version", "2025-06-18");
+                .header("mcp-protocol-version", "2025-06-18"),
+            None => request,
         }
-        request.send().await.unwrap()
+    }
+
+    async fn post(&self, session: Option<&str>, body: Value) -> reqwest::Response {
+        self.request(Method::POST, session)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// Initializes a 2025-06-18 session: its id.
@@ -504,16 +500,11 @@ async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let gateway = RawGateway::new(client.clone(), &app, &token);
-    let url = &gateway.url;
+    let gateway = RawGateway::new(client, &app, &token);
     let open = || gateway.open();
     let delete = |session: String| {
-        client
-            .delete(url)
-            .bearer_auth(&token)
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", "2025-06-18")
-            .send()
+        let gateway = &gateway;
+        async move { gateway.request(Method::DELETE, Some(&session)).send().await }
     };
     let alive = || {
         tokio::runtime::Handle::current()
@@ -717,9 +708,7 @@ impl rmcp::ClientHandler for Sessionless {
 #[tokio::test]
 async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
     let (app, token) = gateway_app().await;
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
     let client = Sessionless
         .serve_with_lifecycle(
@@ -751,10 +740,9 @@ async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
 async fn a_session_in_use_outlives_its_idle_timeout() {
     let (app, token) = gateway_app_with(|s| s.gateway.session_idle_secs = 1).await;
     // No silent re-initialization: an ended session must show as an error here.
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token)
-            .reinit_on_expired_session(false);
+    let config = app
+        .gateway_client_config("a1", &token)
+        .reinit_on_expired_session(false);
     let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
     for round in 0..8 {
         let result = client
@@ -788,9 +776,8 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
         )
         .await;
     app.bind_ok("u", "a1", [&fx]).await;
-    let token = gateway_token(&app).await;
-    let client = reqwest::Client::new();
-    let gateway = RawGateway::new(client.clone(), &app, &token);
+    let token = app.gateway_token("u", "a1").await;
+    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
     let session = gateway.open().await;
 
     let call = gateway
@@ -824,12 +811,9 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
         .unwrap_or_else(|| panic!("the priming event has an id: {first:?}"));
     drop(body);
 
-    let resumed = client
-        .get(&gateway.url)
-        .bearer_auth(&token)
+    let resumed = gateway
+        .request(Method::GET, Some(&session))
         .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
         .header("last-event-id", &event_id)
         .send()
         .await

@@ -11,7 +11,6 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::NotificationContext;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -45,9 +44,7 @@ async fn prompt_arguments_complete_and_subscribed_updates_arrive_through_the_gat
         .await;
     app.bind_ok("u", "a1", [&every]).await;
     let token = app.gateway_token("u", "a1").await;
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     let subscriber = Subscriber::default();
     let client = subscriber
         .clone()

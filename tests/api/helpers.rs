@@ -431,6 +431,18 @@ impl TestApp {
         .await
     }
 
+    /// An MCP client's settings for `assistant`'s gateway with `token`.
+    pub fn gateway_client_config(
+        &self,
+        assistant: &str,
+        token: &str,
+    ) -> rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig {
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            format!("{}/mcp/assistants/{assistant}", self.address),
+        )
+        .auth_header(token)
+    }
+
     /// A new gateway token of `user`'s `assistant`.
     pub async fn gateway_token(&self, user: &str, assistant: &str) -> String {
         let created = self

@@ -563,7 +563,6 @@ async fn authorized_assistant() -> (TestApp, HttpUpstream) {
 async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
     use rmcp::ServiceExt;
     use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
     let (app, fixture) = authorized_assistant().await;
 
@@ -596,10 +595,7 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
     );
 
     let token = app.gateway_token("alice", "a1").await;
-    let config = || {
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token.clone())
-    };
+    let config = || app.gateway_client_config("a1", &token);
     // A client without URL elicitation: a tool error naming the URL.
     let plain = ().serve(StreamableHttpClientTransport::from_config(config())).await.unwrap();
     let mut params = rmcp::model::CallToolRequestParams::new("protected.admin_tool");

@@ -12,7 +12,6 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::NotificationContext;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -72,9 +71,7 @@ async fn resource_and_prompt_list_changes_reach_gateway_clients() {
         .await;
     app.bind_ok("u", "a1", [&server]).await;
     let token = app.gateway_token("u", "a1").await;
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     let listening = Listening::default();
     let client = listening
         .clone()
@@ -133,9 +130,7 @@ async fn a_gateway_session_gets_log_messages_at_or_above_its_level() {
         .await;
     app.bind_ok("u", "a1", [&server]).await;
     let token = app.gateway_token("u", "a1").await;
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp/assistants/a1", app.address))
-            .auth_header(token);
+    let config = app.gateway_client_config("a1", &token);
     let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
     let client = Logged(sent)
         .serve(StreamableHttpClientTransport::from_config(config))
