@@ -467,6 +467,26 @@ impl RawGateway {
             .unwrap()
     }
 
+    /// The JSON-RPC message a request was answered with: the JSON body, or the first
+    /// message of its event stream.
+    async fn answer(response: reqwest::Response) -> Value {
+        let json = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+        let body = response.text().await.unwrap();
+        if json {
+            return serde_json::from_str(&body).unwrap();
+        }
+        let data = body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|data| !data.is_empty())
+            .unwrap_or_else(|| panic!("an answer on the stream: {body:?}"));
+        serde_json::from_str(data).unwrap()
+    }
+
     /// Initializes a 2025-06-18 session: its id.
     async fn open(&self) -> String {
         let initialized = self
@@ -824,4 +844,74 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
         replayed.contains("slept 1500 ms") && replayed.contains(r#""id":7"#),
         "the resumed stream carries the answer: {replayed}"
     );
+}
+
+/// Each JSON-RPC message is told by its members: a request is answered on its stream, a
+/// notification, a response and an error are accepted without one, and a message that
+/// is none of them cleanly (a request carrying a `result`, a response with an `error`
+/// too, the wrong `jsonrpc`, a null request id) is refused whole, never half read.
+#[tokio::test]
+async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
+    let session = gateway.open().await;
+
+    let ping = gateway
+        .post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": "p", "method": "ping"}),
+        )
+        .await;
+    assert_eq!(ping.status(), StatusCode::OK);
+    assert_eq!(
+        RawGateway::answer(ping).await,
+        json!({"jsonrpc": "2.0", "id": "p", "result": {}})
+    );
+    let call = gateway
+        .post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "fx.echo", "arguments": {"text": "hé 😀"}}}),
+        )
+        .await;
+    let called = RawGateway::answer(call).await;
+    assert_eq!(called["id"], 2);
+    assert_eq!(called["result"]["content"][0]["text"], "hé 😀");
+
+    for accepted in [
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 99}}),
+        json!({"jsonrpc": "2.0", "id": 16, "result": {}}),
+        json!({"jsonrpc": "2.0", "error": {"code": -1, "message": "m"}}),
+    ] {
+        let response = gateway.post(Some(&session), accepted.clone()).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "{accepted}");
+    }
+    for refused in [
+        json!({"jsonrpc": "2.0", "id": 14, "method": "ping", "result": {}}),
+        json!({"jsonrpc": "2.0", "id": 15, "method": "ping", "error": {"code": 1, "message": "x"}}),
+        json!({"jsonrpc": "2.0", "id": 19, "result": {}, "error": {"code": 1, "message": "x"}}),
+        json!({"jsonrpc": "1.0", "id": 12, "method": "ping"}),
+        json!({"id": 13, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": null, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "method": 7, "id": 9}),
+        json!([{"jsonrpc": "2.0", "id": 23, "method": "ping"}]),
+    ] {
+        let response = gateway.post(Some(&session), refused.clone()).await;
+        assert!(response.status().is_client_error(), "{refused}");
+        let body = response.text().await.unwrap();
+        assert!(
+            body.contains("unrecognized JSON-RPC message"),
+            "{refused} is refused as no JSON-RPC message: {body}"
+        );
+    }
 }

@@ -859,43 +859,6 @@ enum JsonRpcMessageShape {
 
 const UNRECOGNIZED_MESSAGE: &str = "unrecognized JSON-RPC message";
 
-impl<'de> Deserialize<'de> for JsonRpcMessageShape {
-    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
-    where
-        D: serde::Deserializer<'de>,
-    {
-        struct ShapeVisitor;
-
-        impl<'de> serde::de::Visitor<'de> for ShapeVisitor {
-            type Value = JsonRpcMessageShape;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("a JSON-RPC 2.0 message")
-            }
-
-            fn visit_map<A>(self, mut map: A) -> Result<Self::Value, A::Error>
-            where
-                A: serde::de::MapAccess<'de>,
-            {
-                let (mut method, mut id, mut result, mut error) = (false, false, false, false);
-                while let Some(key) = map.next_key::<String>()? {
-                    match key.as_str() {
-                        "method" => method = true,
-                        "id" => id = true,
-                        "result" => result = true,
-                        "error" => error = true,
-                        _ => {}
-                    }
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-                JsonRpcMessageShape::classify_object_keys(method, id, result, error)
-            }
-        }
-
-        deserializer.deserialize_map(ShapeVisitor)
-    }
-}
-
 impl JsonRpcMessageShape {
     fn classify_object_keys<E: serde::de::Error>(
         method: bool,
@@ -913,31 +876,6 @@ impl JsonRpcMessageShape {
     }
 }
 
-struct ExpectedMessageShape<const SHAPE: u8>;
-
-impl<'de, const SHAPE: u8> Deserialize<'de> for ExpectedMessageShape<SHAPE> {
-    fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
-    where
-        D: serde::Deserializer<'de>,
-    {
-        if JsonRpcMessageShape::deserialize(deserializer)? as u8 == SHAPE {
-            Ok(Self)
-        } else {
-            Err(serde::de::Error::custom(UNRECOGNIZED_MESSAGE))
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct ShapeCheckedMessage<T, const SHAPE: u8> {
-    // Check field presence without consuming the flattened payload. Serde's
-    // flatten buffer preserves borrows, including inside untagged wrappers.
-    #[serde(flatten)]
-    _shape: ExpectedMessageShape<SHAPE>,
-    #[serde(flatten)]
-    message: T,
-}
-
 impl<'de, Req, Resp, Noti> serde::Deserialize<'de> for JsonRpcMessage<Req, Resp, Noti>
 where
     Req: Deserialize<'de>,
@@ -950,9 +888,7 @@ where
     {
         // A derived untagged enum silently drops a stray `result`/`error`
         // (#1283). Check field presence before dispatching to a variant.
-        // Serde's buffer preserves borrowed payloads, including through outer
-        // untagged wrappers, without relying on serde_json's private protocol.
-        Self::from_buffered_deserializer(deserializer)
+        Self::from_json_object(deserializer)
     }
 }
 
@@ -962,33 +898,63 @@ where
     Resp: Deserialize<'de>,
     Noti: Deserialize<'de>,
 {
-    fn from_buffered_deserializer<D>(deserializer: D) -> Result<Self, D::Error>
+    // mcp-pool: the message read once into a JSON object, its shape told by its keys, and
+    // the one member of that shape built from the object's entries. The derived untagged
+    // enum (upstream) buffered the message, then tried each member through `flatten`,
+    // buffering it again per member: most of what reading a `tools/call` cost. Same
+    // input accepted, same error for any refusal (`unrecognized JSON-RPC message`), the
+    // stray `result`/`error` check (#1283) kept. Members are built from owned values, so
+    // a payload type that borrows from the input is refused (rmcp's own types own theirs).
+    fn from_json_object<D>(deserializer: D) -> Result<Self, D::Error>
     where
         D: serde::Deserializer<'de>,
     {
-        #[derive(Deserialize)]
-        #[serde(untagged, expecting = "unrecognized JSON-RPC message")]
-        enum Message<Req, Resp, Noti> {
-            Request(
-                ShapeCheckedMessage<JsonRpcRequest<Req>, { JsonRpcMessageShape::Request as u8 }>,
-            ),
-            Response(
-                ShapeCheckedMessage<JsonRpcResponse<Resp>, { JsonRpcMessageShape::Response as u8 }>,
-            ),
-            Notification(
-                ShapeCheckedMessage<
-                    JsonRpcNotification<Noti>,
-                    { JsonRpcMessageShape::Notification as u8 },
-                >,
-            ),
-            Error(ShapeCheckedMessage<JsonRpcError, { JsonRpcMessageShape::Error as u8 }>),
-        }
-
-        match Message::deserialize(deserializer)? {
-            Message::Request(checked) => Ok(Self::Request(checked.message)),
-            Message::Response(checked) => Ok(Self::Response(checked.message)),
-            Message::Notification(checked) => Ok(Self::Notification(checked.message)),
-            Message::Error(checked) => Ok(Self::Error(checked.message)),
+        let Value::Object(mut entries) = Value::deserialize(deserializer)? else {
+            return Err(serde::de::Error::custom(UNRECOGNIZED_MESSAGE));
+        };
+        let shape = JsonRpcMessageShape::classify_object_keys::<D::Error>(
+            entries.contains_key("method"),
+            entries.contains_key("id"),
+            entries.contains_key("result"),
+            entries.contains_key("error"),
+        )?;
+        let refused = |_: serde_json::Error| serde::de::Error::custom(UNRECOGNIZED_MESSAGE);
+        // A missing member reads as `null`, which every required one refuses.
+        let take = |entries: &mut JsonObject, key: &str| entries.remove(key).unwrap_or_default();
+        let jsonrpc =
+            JsonRpcVersion2_0::deserialize(take(&mut entries, "jsonrpc")).map_err(refused)?;
+        match shape {
+            JsonRpcMessageShape::Request => {
+                let id = RequestId::deserialize(take(&mut entries, "id")).map_err(refused)?;
+                let request = Req::deserialize(Value::Object(entries)).map_err(refused)?;
+                Ok(Self::Request(JsonRpcRequest {
+                    jsonrpc,
+                    id,
+                    request,
+                }))
+            }
+            JsonRpcMessageShape::Response => {
+                let id = RequestId::deserialize(take(&mut entries, "id")).map_err(refused)?;
+                let result = Resp::deserialize(take(&mut entries, "result")).map_err(refused)?;
+                Ok(Self::Response(JsonRpcResponse {
+                    jsonrpc,
+                    id,
+                    result,
+                }))
+            }
+            JsonRpcMessageShape::Notification => {
+                let notification = Noti::deserialize(Value::Object(entries)).map_err(refused)?;
+                Ok(Self::Notification(JsonRpcNotification {
+                    jsonrpc,
+                    notification,
+                }))
+            }
+            JsonRpcMessageShape::Error => {
+                let id = Option::<RequestId>::deserialize(take(&mut entries, "id"))
+                    .map_err(refused)?;
+                let error = ErrorData::deserialize(take(&mut entries, "error")).map_err(refused)?;
+                Ok(Self::Error(JsonRpcError { jsonrpc, id, error }))
+            }
         }
     }
 }

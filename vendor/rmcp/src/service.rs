@@ -1572,14 +1572,26 @@ where
                             continue;
                         };
                         ct.cancel();
-                        let send = transport.send(m);
-                        let current_span = tracing::Span::current();
-                        response_send_tasks.spawn(async move {
-                            let send_result = send.await;
-                            if let Err(error) = send_result {
+                        // mcp-pool: a send that is done at once (a channel with room, as a
+                        // streamable-HTTP session's is) is not given a task of its own; one
+                        // that is not goes on in a task, as before.
+                        let mut send = Box::pin(transport.send(m));
+                        let mut waiting = std::task::Context::from_waker(std::task::Waker::noop());
+                        match std::future::Future::poll(send.as_mut(), &mut waiting) {
+                            std::task::Poll::Ready(Err(error)) => {
                                 tracing::error!(%error, "fail to response message");
                             }
-                        }.instrument(current_span));
+                            std::task::Poll::Ready(Ok(())) => {}
+                            std::task::Poll::Pending => {
+                                let current_span = tracing::Span::current();
+                                response_send_tasks.spawn(async move {
+                                    let send_result = send.await;
+                                    if let Err(error) = send_result {
+                                        tracing::error!(%error, "fail to response message");
+                                    }
+                                }.instrument(current_span));
+                            }
+                        }
                     }
                 }
                 Event::ProxyMessage(PeerSinkMessage::Request {
