@@ -653,4 +653,33 @@ impl ServerHandler for GatewayHandler {
         .map(Into::into)
         .map_err(to_mcp_error)
     }
+
+    /// A request of a method MCP defines whose params do not fit it reaches here (rmcp
+    /// reads it as a custom request): it is answered "invalid params" with the reason,
+    /// not "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let message = json!({"method": request.method, "params": request.params});
+        match ClientRequest::member_refusal(&message) {
+            Some(reason) => {
+                // serde's word for absent params names an internal type.
+                let reason = match request.params {
+                    None => "params are required".to_owned(),
+                    Some(_) => reason,
+                };
+                Err(ErrorData::invalid_params(
+                    format!("invalid params for {}: {reason}", request.method),
+                    None,
+                ))
+            }
+            None => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            )),
+        }
+    }
 }

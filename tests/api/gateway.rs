@@ -915,3 +915,62 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
         );
     }
 }
+
+/// A request of a method MCP defines, with params that do not fit it, is answered
+/// "invalid params" (-32602) with the reason; a method nobody defines stays "method not
+/// found" (-32601). rmcp answered both -32601, naming only the method.
+#[tokio::test]
+async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_method() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = app
+        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
+    let session = gateway.open().await;
+
+    for (request, reason) in [
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"arguments": {}}}),
+            "name",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read",
+                "params": {"uri": 5}}),
+            "invalid type",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get"}),
+            "params are required",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+                "params": {"level": "loudest"}}),
+            "loudest",
+        ),
+    ] {
+        let response = gateway.post(Some(&session), request.clone()).await;
+        let error = RawGateway::answer(response).await["error"].clone();
+        assert_eq!(error["code"], -32602, "{request}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "invalid params for {}",
+                request["method"].as_str().unwrap()
+            )) && message.contains(reason),
+            "{request}: {message}"
+        );
+    }
+    let unknown = gateway
+        .post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 4, "method": "no/such"}),
+        )
+        .await;
+    let error = RawGateway::answer(unknown).await["error"].clone();
+    assert_eq!(error["code"], -32601, "{error}");
+    assert_eq!(error["message"], "no/such");
+}

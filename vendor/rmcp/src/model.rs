@@ -4971,6 +4971,23 @@ macro_rules! ts_method_union {
                 )))
             }
         }
+        impl $U {
+            /// mcp-pool: why `message` (a `method` and its `params`) is not the member
+            /// of its method, when one has that method; `None` when it is, or when none
+            /// has. Such a message is read as the catch-all member, so its handler can
+            /// tell "invalid params" from "method not found".
+            pub fn member_refusal(message: &Value) -> Option<String> {
+                let method = message.get("method").and_then(Value::as_str);
+                $(
+                    if method.is_some() && <$V as UnionMethod>::METHOD == method {
+                        return <$V as Deserialize>::deserialize(message)
+                            .err()
+                            .map(|error| error.to_string());
+                    }
+                )+
+                None
+            }
+        }
     };
 }
 
