@@ -36,6 +36,10 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
     let settings = &state.settings;
     let mut config = StreamableHttpServerConfig::default();
     config.cancellation_token = state.shutdown.child_token();
+    // A call answered at once goes back as one JSON body, not an event stream (clients
+    // must take both): no SSE framing, keep-alive timer or stream end per call. A call
+    // that sends anything before its answer, or takes longer, still streams.
+    config.json_response = true;
     config = if settings.gateway.allowed_hosts.is_empty() {
         config.disable_allowed_hosts()
     } else {

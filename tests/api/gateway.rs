@@ -974,3 +974,79 @@ async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_me
     assert_eq!(error["code"], -32601, "{error}");
     assert_eq!(error["message"], "no/such");
 }
+
+/// A call answered at once, nothing sent before its answer, comes back as one JSON body;
+/// a call that sends progress first still streams, progress and answer in order, nothing
+/// lost. (How fast "at once" is depends on the machine: the first call, which connects the
+/// server, streams; of the calls after it at least one is quick enough.)
+#[tokio::test]
+async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "progress"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
+    let session = gateway.open().await;
+
+    let mut as_json = 0;
+    for id in 1..=50 {
+        let echo = gateway
+            .post(
+                Some(&session),
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "fx.echo", "arguments": {"text": format!("quick {id}")}}}),
+            )
+            .await;
+        assert_eq!(echo.status(), StatusCode::OK);
+        let content_type = echo.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(
+            ["application/json", "text/event-stream"].contains(&content_type.as_str()),
+            "{content_type}"
+        );
+        as_json += usize::from(content_type == "application/json");
+        let answer = RawGateway::answer(echo).await;
+        assert_eq!(answer["id"], id);
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            format!("quick {id}")
+        );
+        if as_json > 0 && id > 1 {
+            break;
+        }
+    }
+    assert!(as_json > 0, "a quick call's answer comes as one JSON body");
+
+    let progress = gateway
+        .post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 100, "method": "tools/call",
+                "params": {"name": "fx.progress", "arguments": {"steps": 3, "delayMs": 0},
+                    "_meta": {"progressToken": "p2"}}}),
+        )
+        .await;
+    assert_eq!(progress.status(), StatusCode::OK);
+    assert_eq!(progress.headers()["content-type"], "text/event-stream");
+    let body = progress.text().await.unwrap();
+    let messages: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let steps: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| &m["params"]["progress"])
+        .collect();
+    assert_eq!(steps, [1.0, 2.0, 3.0], "{body}");
+    let last = messages.last().unwrap();
+    assert_eq!(last["id"], 100, "the answer comes last: {body}");
+    assert_eq!(last["result"]["content"][0]["text"], "done after 3 steps");
+}

@@ -233,6 +233,9 @@ pub struct StreamableHttpServerConfig {
     /// `Content-Type: application/json` for simple request-response tools.
     /// If the handler emits a notification or request before the final response,
     /// the server falls back to `text/event-stream` so no message is lost.
+    ///
+    /// mcp-pool: in `legacy_session_mode` too, for a session's request answered
+    /// within the priming hold with nothing before its answer.
     pub json_response: bool,
     /// Cancellation token for the Streamable HTTP server.
     ///
@@ -1523,31 +1526,51 @@ where
 const PRIMING_HOLD: Duration = Duration::from_millis(5);
 
 /// mcp-pool: a request's SSE stream, once its first message is there or [`PRIMING_HOLD`]
-/// has passed. Answered at once, the headers and the priming event left in a write and a
-/// TCP segment of their own while the call ran, and the answer in a second; a call
-/// answered within the hold now leaves in one. A slower call's stream is primed after the
-/// hold, as before, so it can still be resumed.
-async fn with_first_message<S>(mut stream: S) -> impl Stream<Item = ServerSseMessage>
+/// has passed, and that message when it is the request's answer with nothing before it
+/// but the priming event. Answered at once, the headers and the priming event left in a
+/// write and a TCP segment of their own while the call ran, and the answer in a second; a
+/// call answered within the hold now leaves in one (or as one JSON body, see
+/// `json_response`). A slower call's stream is primed after the hold, as before, so it
+/// can still be resumed.
+async fn with_first_message<S>(
+    mut stream: S,
+) -> (
+    Option<Arc<ServerJsonRpcMessage>>,
+    impl Stream<Item = ServerSseMessage>,
+)
 where
     S: Stream<Item = ServerSseMessage> + Unpin,
 {
     let mut head = Vec::with_capacity(2);
-    let mut answered = false;
+    let mut answer = None;
     if let Some(first) = stream.next().await {
         let priming = first.message.is_none();
-        head.push(first);
-        if priming && let Ok(Some(next)) = tokio::time::timeout(PRIMING_HOLD, stream.next()).await {
+        let next = if priming {
+            head.push(first);
+            tokio::time::timeout(PRIMING_HOLD, stream.next())
+                .await
+                .ok()
+                .flatten()
+        } else {
+            Some(first)
+        };
+        if let Some(next) = next {
             // A response on a request's stream is the answer to that request, its last
             // message: the stream ends with it (in the same write, not one more).
-            answered = matches!(
+            if matches!(
                 next.message.as_deref(),
                 Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
-            );
+            ) {
+                answer = next.message.clone();
+            }
             head.push(next);
         }
     }
-    let rest = (!answered).then_some(stream);
-    futures::stream::iter(head).chain(futures::stream::iter(rest).flatten())
+    let rest = answer.is_none().then_some(stream);
+    (
+        answer,
+        futures::stream::iter(head).chain(futures::stream::iter(rest).flatten()),
+    )
 }
 
 /// Guard used inside [`StreamableHttpService::try_restore_from_store`].
@@ -2268,8 +2291,25 @@ where
                             .create_stream(&session_id, message)
                             .await
                             .map_err(internal_error_response("get session"))?;
+                        let (answer, stream) = with_first_message(Box::pin(stream)).await;
+                        // mcp-pool: `json_response` in a session too. A request answered
+                        // within the hold, nothing sent before its answer, gets the
+                        // answer as its JSON body (HTTP 200, as session errors keep): no
+                        // event stream to frame, keep alive and end. Anything else, as
+                        // before, on the stream.
+                        if self.config.json_response
+                            && let Some(answer) = answer
+                        {
+                            let body = serde_json::to_vec(&*answer)
+                                .map_err(internal_error_response("serialize json response"))?;
+                            return Ok(Response::builder()
+                                .status(http::StatusCode::OK)
+                                .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
+                                .body(Full::new(Bytes::from(body)).boxed())
+                                .expect("valid response"));
+                        }
                         Ok(sse_stream_response(
-                            with_first_message(Box::pin(stream)).await,
+                            stream,
                             self.config.sse_keep_alive,
                             self.config.cancellation_token.child_token(),
                         ))
