@@ -340,8 +340,10 @@ pub async fn run(
     let actors_after_close = live_connections(&service).await?;
     let rss_after_close = rss_bytes();
     let tasks_after_close = live_tasks();
-    // Idle keep-alive connections between the workers and the service hold a task a side.
-    let task_slack = 2 * workers + 16;
+    // Idle keep-alive connections hold a task a side between the workers and the service,
+    // and one in the service per pooled connection to the HTTP fixture (a worker's call at
+    // a time, so up to one per worker), until their idle timeout.
+    let task_slack = 3 * workers + 16;
     // Use every stdio server once more, then stop the service with them live.
     for tenant in tenants.iter() {
         let _ = perform(&service, tenant, Operation::Echo, 0).await;
