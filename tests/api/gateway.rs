@@ -513,6 +513,24 @@ impl RawGateway {
     }
 }
 
+/// A service with the fixture bound to user `u`'s assistant `a1` (`auto_approve` run at
+/// once) and a gateway session open on it: the app (keep it), the gateway, the session.
+async fn open_gateway_session(auto_approve: &[&str]) -> (TestApp, RawGateway, String) {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "fixture", "autoApproveTools": auto_approve}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
+    let session = gateway.open().await;
+    (app, gateway, session)
+}
+
 /// Opens 30 sessions and sees their tasks go: after DELETE (`delete`) or idle expiry.
 async fn sessions_end(app: TestApp, token: String, delete_them: bool) {
     // No kept-alive connections: their tasks would blur the count.
@@ -787,18 +805,7 @@ async fn a_session_in_use_outlives_its_idle_timeout() {
 /// and still gets the answer.
 #[tokio::test]
 async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() {
-    let app = spawn_pool_app_with(|_| {}).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let fx = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["slow"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&fx]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
-    let session = gateway.open().await;
+    let (_app, gateway, session) = open_gateway_session(&["slow"]).await;
 
     let call = gateway
         .post(
@@ -852,18 +859,7 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
 /// too, the wrong `jsonrpc`, a null request id) is refused whole, never half read.
 #[tokio::test]
 async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
-    let app = spawn_pool_app_with(|_| {}).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let fx = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&fx]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
-    let session = gateway.open().await;
+    let (_app, gateway, session) = open_gateway_session(&["echo"]).await;
 
     let ping = gateway
         .post(
@@ -921,15 +917,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
 /// found" (-32601). rmcp answered both -32601, naming only the method.
 #[tokio::test]
 async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_method() {
-    let app = spawn_pool_app_with(|_| {}).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let fx = app
-        .create_server_ok("u", json!({"name": "fx", "preset": "fixture"}))
-        .await;
-    app.bind_ok("u", "a1", [&fx]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
-    let session = gateway.open().await;
+    let (_app, gateway, session) = open_gateway_session(&[]).await;
 
     for (request, reason) in [
         (
@@ -981,18 +969,7 @@ async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_me
 /// server, streams; of the calls after it at least one is quick enough.)
 #[tokio::test]
 async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams() {
-    let app = spawn_pool_app_with(|_| {}).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let fx = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": ["echo", "progress"]}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&fx]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
-    let session = gateway.open().await;
+    let (_app, gateway, session) = open_gateway_session(&["echo", "progress"]).await;
 
     let mut as_json = 0;
     for id in 1..=50 {
