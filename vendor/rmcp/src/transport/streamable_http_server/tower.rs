@@ -1522,8 +1522,9 @@ where
 }
 
 /// mcp-pool: how long a request's response (its headers and priming event) waits for the
-/// first message behind it.
-const PRIMING_HOLD: Duration = Duration::from_millis(5);
+/// first message behind it. Long enough for a call queued behind others on a busy
+/// instance; a connection dropped within it has no event to resume from.
+const PRIMING_HOLD: Duration = Duration::from_millis(20);
 
 /// mcp-pool: a request's SSE stream, once its first message is there or [`PRIMING_HOLD`]
 /// has passed, and that message when it is the request's answer with nothing before it
