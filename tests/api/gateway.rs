@@ -856,7 +856,8 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
 /// Each JSON-RPC message is told by its members: a request is answered on its stream, a
 /// notification, a response and an error are accepted without one, and a message that
 /// is none of them cleanly (a request carrying a `result`, a response with an `error`
-/// too, the wrong `jsonrpc`, a null request id) is refused whole, never half read.
+/// too, the wrong `jsonrpc`, a null request id) is refused whole, never half read: 400
+/// with a JSON-RPC error, -32600 for no message, -32700 for no JSON.
 #[tokio::test]
 async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
     let (_app, gateway, session) = open_gateway_session(&["echo"]).await;
@@ -903,12 +904,30 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
         json!([{"jsonrpc": "2.0", "id": 23, "method": "ping"}]),
     ] {
         let response = gateway.post(Some(&session), refused.clone()).await;
-        assert!(response.status().is_client_error(), "{refused}");
-        let body = response.text().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{refused}");
+        let error = RawGateway::answer(response).await;
+        assert_eq!(error["error"]["code"], -32600, "{refused}: {error}");
         assert!(
-            body.contains("unrecognized JSON-RPC message"),
-            "{refused} is refused as no JSON-RPC message: {body}"
+            error["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unrecognized JSON-RPC message")),
+            "{refused} is refused as no JSON-RPC message: {error}"
         );
+    }
+    // Not JSON at all: a parse error, in JSON-RPC's words.
+    for broken in ["not json", r#"{"jsonrpc":"2.0","id":40,"method":"ping""#] {
+        let response = gateway
+            .request(Method::POST, Some(&session))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(broken)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{broken}");
+        let error = RawGateway::answer(response).await;
+        assert_eq!(error["error"]["code"], -32700, "{broken}: {error}");
+        assert_eq!(error["id"], Value::Null, "{broken}: {error}");
     }
 }
 

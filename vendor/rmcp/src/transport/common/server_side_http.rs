@@ -256,11 +256,21 @@ where
     match serde_json::from_slice::<ClientJsonRpcMessage>(&collected) {
         Ok(message) => Ok(message),
         Err(e) => {
+            // mcp-pool: 400 with a JSON-RPC error without id, as the transport spec has
+            // servers refuse input (upstream: 415 and plain text, though the media type
+            // was right): -32700 for a body that is not JSON, -32600 for JSON that is no
+            // JSON-RPC message.
+            let error = if e.is_syntax() || e.is_eof() {
+                crate::model::ErrorData::parse_error(format!("Parse error: {e}"), None)
+            } else {
+                crate::model::ErrorData::invalid_request(format!("Invalid Request: {e}"), None)
+            };
+            let body = serde_json::to_vec(&crate::model::JsonRpcError::new(None, error))
+                .expect("serialize JsonRpcError");
             let response = Response::builder()
-                .status(http::StatusCode::UNSUPPORTED_MEDIA_TYPE)
-                .body(
-                    Full::new(Bytes::from(format!("fail to deserialize request body {e}"))).boxed(),
-                )
+                .status(http::StatusCode::BAD_REQUEST)
+                .header(http::header::CONTENT_TYPE, super::http_header::JSON_MIME_TYPE)
+                .body(Full::new(Bytes::from(body)).boxed())
                 .expect("valid response");
             Err(response)
         }
@@ -371,10 +381,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn expect_json_returns_415_for_invalid_json_under_limit() {
+    async fn expect_json_returns_400_for_invalid_json_under_limit() {
+        // mcp-pool: 400 with a JSON-RPC parse error (was 415).
         let body = Full::new(Bytes::from("not valid json"));
         let result = expect_json(body, 4 * 1024 * 1024).await;
         let response = result.unwrap_err();
-        assert_eq!(response.status(), http::StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(response.status(), http::StatusCode::BAD_REQUEST);
     }
 }
