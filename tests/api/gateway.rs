@@ -10,7 +10,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_pool_app_with};
+use crate::helpers::{TestApp, jsonrpc_answer, spawn_pool_app_with};
 use crate::upstreams::{everything_preset, fixture_preset};
 
 /// User `u`, assistant `a1` bound to the stdio fixture `fx` (echo and crash auto-approved,
@@ -467,26 +467,6 @@ impl RawGateway {
             .unwrap()
     }
 
-    /// The JSON-RPC message a request was answered with: the JSON body, or the first
-    /// message of its event stream.
-    async fn answer(response: reqwest::Response) -> Value {
-        let json = response
-            .headers()
-            .get("content-type")
-            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
-        let body = response.text().await.unwrap();
-        if json {
-            return serde_json::from_str(&body).unwrap();
-        }
-        let data = body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim)
-            .find(|data| !data.is_empty())
-            .unwrap_or_else(|| panic!("an answer on the stream: {body:?}"));
-        serde_json::from_str(data).unwrap()
-    }
-
     /// Initializes a 2025-06-18 session: its id.
     async fn open(&self) -> String {
         let initialized = self
@@ -517,14 +497,7 @@ impl RawGateway {
 /// once) and a gateway session open on it: the app (keep it), the gateway, the session.
 async fn open_gateway_session(auto_approve: &[&str]) -> (TestApp, RawGateway, String) {
     let app = spawn_pool_app_with(|_| {}).await;
-    app.create_preset_ok(fixture_preset()).await;
-    let fx = app
-        .create_server_ok(
-            "u",
-            json!({"name": "fx", "preset": "fixture", "autoApproveTools": auto_approve}),
-        )
-        .await;
-    app.bind_ok("u", "a1", [&fx]).await;
+    app.fixture_for_a1(auto_approve).await;
     let token = app.gateway_token("u", "a1").await;
     let gateway = RawGateway::new(reqwest::Client::new(), &app, &token);
     let session = gateway.open().await;
@@ -870,7 +843,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
         .await;
     assert_eq!(ping.status(), StatusCode::OK);
     assert_eq!(
-        RawGateway::answer(ping).await,
+        jsonrpc_answer(ping, "p").await,
         json!({"jsonrpc": "2.0", "id": "p", "result": {}})
     );
     let call = gateway
@@ -880,7 +853,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
                 "params": {"name": "fx.echo", "arguments": {"text": "hé 😀"}}}),
         )
         .await;
-    let called = RawGateway::answer(call).await;
+    let called = jsonrpc_answer(call, 2).await;
     assert_eq!(called["id"], 2);
     assert_eq!(called["result"]["content"][0]["text"], "hé 😀");
 
@@ -905,7 +878,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
     ] {
         let response = gateway.post(Some(&session), refused.clone()).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{refused}");
-        let error = RawGateway::answer(response).await;
+        let error = jsonrpc_answer(response, Value::Null).await;
         assert_eq!(error["error"]["code"], -32600, "{refused}: {error}");
         assert!(
             error["error"]["message"]
@@ -925,7 +898,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{broken}");
-        let error = RawGateway::answer(response).await;
+        let error = jsonrpc_answer(response, Value::Null).await;
         assert_eq!(error["error"]["code"], -32700, "{broken}: {error}");
         assert_eq!(error["id"], Value::Null, "{broken}: {error}");
     }
@@ -960,7 +933,7 @@ async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_me
         ),
     ] {
         let response = gateway.post(Some(&session), request.clone()).await;
-        let error = RawGateway::answer(response).await["error"].clone();
+        let error = jsonrpc_answer(response, request["id"].clone()).await["error"].clone();
         assert_eq!(error["code"], -32602, "{request}: {error}");
         let message = error["message"].as_str().unwrap();
         assert!(
@@ -977,7 +950,7 @@ async fn malformed_params_of_a_known_method_are_invalid_params_not_an_unknown_me
             json!({"jsonrpc": "2.0", "id": 4, "method": "no/such"}),
         )
         .await;
-    let error = RawGateway::answer(unknown).await["error"].clone();
+    let error = jsonrpc_answer(unknown, 4).await["error"].clone();
     assert_eq!(error["code"], -32601, "{error}");
     assert_eq!(error["message"], "no/such");
 }
@@ -1006,7 +979,7 @@ async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams(
             "{content_type}"
         );
         as_json += usize::from(content_type == "application/json");
-        let answer = RawGateway::answer(echo).await;
+        let answer = jsonrpc_answer(echo, id).await;
         assert_eq!(answer["id"], id);
         assert_eq!(
             answer["result"]["content"][0]["text"],

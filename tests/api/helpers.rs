@@ -403,6 +403,35 @@ pub async fn into_reply(response: reqwest::Response) -> Reply {
 }
 
 /// A streamable-HTTP server body on a public address (not contacted by these tests).
+/// The JSON-RPC message that answered request `id`: the JSON body, or the message with
+/// that id on the event stream (notifications before it are skipped).
+pub async fn jsonrpc_answer(response: reqwest::Response, id: impl Into<Value>) -> Value {
+    use futures::StreamExt;
+    let id = id.into();
+    let is_stream = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
+    if !is_stream {
+        return response.json().await.unwrap();
+    }
+    let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+    loop {
+        let event = events
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended without the answer to {id}"))
+            .unwrap();
+        let message: Value = event
+            .data
+            .and_then(|data| serde_json::from_str(&data).ok())
+            .unwrap_or_default();
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
 pub fn remote_server(name: &str) -> Value {
     json!({ "name": name, "baseUrl": "https://93.184.216.34/mcp" })
 }

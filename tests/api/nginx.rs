@@ -335,29 +335,7 @@ impl GatewaySession {
 /// The result of JSON-RPC request `id`, from a JSON body or from an event stream
 /// (notifications before it are skipped).
 async fn answer(response: reqwest::Response, id: u64) -> Value {
-    let is_stream = response
-        .headers()
-        .get("content-type")
-        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
-    let message = if is_stream {
-        let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
-        loop {
-            let event = events
-                .next()
-                .await
-                .unwrap_or_else(|| panic!("the stream ended without the answer to {id}"))
-                .unwrap();
-            let message: Value = event
-                .data
-                .and_then(|data| serde_json::from_str(&data).ok())
-                .unwrap_or_default();
-            if message["id"] == id {
-                break message;
-            }
-        }
-    } else {
-        response.json().await.unwrap()
-    };
+    let message = crate::helpers::jsonrpc_answer(response, id).await;
     assert!(message.get("error").is_none(), "{message}");
     message["result"].clone()
 }

@@ -956,11 +956,11 @@ mod standard_header_init_tests {
 }
 
 fn jsonrpc_message_response(
-    message: ServerJsonRpcMessage,
+    message: &ServerJsonRpcMessage,
     status: http::StatusCode,
 ) -> HttpResult<BoxResponse> {
     let body =
-        serde_json::to_vec(&message).map_err(internal_error_response("serialize json response"))?;
+        serde_json::to_vec(message).map_err(internal_error_response("serialize json response"))?;
     Ok(Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
@@ -1784,7 +1784,7 @@ where
             // permit, leaving the serve loop parked forever. A no-op when the
             // handler already completed.
             request_ct.cancel();
-            return jsonrpc_message_response(first, status);
+            return jsonrpc_message_response(&first, status);
         }
 
         Ok(self.stateless_sse_response(Some(first), receiver, request_ct))
@@ -2301,13 +2301,7 @@ where
                         if self.config.json_response
                             && let Some(answer) = answer
                         {
-                            let body = serde_json::to_vec(&*answer)
-                                .map_err(internal_error_response("serialize json response"))?;
-                            return Ok(Response::builder()
-                                .status(http::StatusCode::OK)
-                                .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
-                                .body(Full::new(Bytes::from(body)).boxed())
-                                .expect("valid response"));
+                            return jsonrpc_message_response(&answer, http::StatusCode::OK);
                         }
                         Ok(sse_stream_response(
                             stream,
