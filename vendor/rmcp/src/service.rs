@@ -1680,7 +1680,11 @@ where
                         let current_span = tracing::Span::current();
                         let handler_id = id.clone();
                         let handler_version = context.meta.protocol_version();
-                        spawn_service_task(async move {
+                        // mcp-pool: boxed before it is spawned. The future is as large as
+                        // the handler's largest method future (kilobytes), and a spawn
+                        // moves it several times on its way into the task; boxed, those
+                        // moves copy a pointer.
+                        spawn_service_task(Box::pin(async move {
                             let result = ORIGINATING_REQUEST
                                 .scope(
                                     handler_id,
@@ -1701,7 +1705,7 @@ where
                                 }
                             };
                             let _send_result = sink.send(Box::new(response)).await;
-                        }.instrument(current_span));
+                        }.instrument(current_span)));
                     }
                 }
                 Event::PeerMessage(JsonRpcMessage::Notification(JsonRpcNotification {

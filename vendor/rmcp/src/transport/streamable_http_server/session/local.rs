@@ -376,6 +376,9 @@ pub struct LocalSessionWorker {
     event_rx: Receiver<SessionEvent>,
     session_config: SessionConfig,
     event_store: Option<Arc<dyn EventStore>>,
+    /// mcp-pool: request-wise channels marked completed (at least; exact after each
+    /// eviction), so the worker's loop walks `tx_router` only when one may have expired.
+    completed_channels: usize,
 }
 
 impl LocalSessionWorker {
@@ -438,6 +441,9 @@ impl LocalSessionWorker {
         }
         tracing::debug!(http_request_id, "close http request wise channel");
         let resources: Vec<_> = channel.resources.drain().collect();
+        if channel.completed_at.is_none() {
+            self.completed_channels += 1;
+        }
         channel.completed_at = Some(Instant::now());
         // Close the sender so the client's SSE stream ends,
         // but keep the entry so the cache is available for
@@ -484,9 +490,17 @@ impl LocalSessionWorker {
         }
     }
     fn evict_expired_channels(&mut self) {
+        if self.completed_channels == 0 {
+            return;
+        }
         let ttl = self.session_config.completed_cache_ttl;
         self.tx_router
             .retain(|_, rw| rw.completed_at.is_none_or(|at| at.elapsed() < ttl));
+        self.completed_channels = self
+            .tx_router
+            .values()
+            .filter(|rw| rw.completed_at.is_some())
+            .count();
     }
     fn next_http_request_id(&mut self) -> HttpRequestId {
         let id = self.next_http_request_id;
@@ -1357,6 +1371,7 @@ fn create_local_session_with_event_store(
         event_rx,
         session_config: config.clone(),
         event_store,
+        completed_channels: 0,
     };
     (handle, session_worker)
 }
