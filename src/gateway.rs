@@ -284,6 +284,92 @@ impl GatewayHandler {
         Some(Ok(response))
     }
 
+    /// `tools/call`, boxed by [`ServerHandler::call_tool`]: the largest of the handler's
+    /// futures, so rmcp's request future (copied on its way into a task) stays small.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        if let Some(answer) = Box::pin(self.call_in_rounds(&principal, &request, &context)).await {
+            return answer;
+        }
+        let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+        let token = context.meta.get_progress_token();
+        let cancel: CancellationToken = context.ct.clone();
+        let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
+        let mut call = Box::pin(self.service.call(
+            &principal,
+            &request.name,
+            request.arguments,
+            Caller {
+                live: Some(&live),
+                downstream: Some(downstream),
+                scope: Some(self.session_scope(&principal)),
+            },
+            &cancel,
+            self.max_result_bytes,
+        ));
+        let relay = |update: crate::mcp::Progress| {
+            let (peer, token) = (context.peer.clone(), token.clone());
+            async move {
+                if let Some(token) = token {
+                    let mut param = ProgressNotificationParam::new(token, update.progress);
+                    param.total = update.total;
+                    param.message = update.message;
+                    let _ = peer.notify_progress(param).await;
+                }
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(update) = progress.recv() => relay(update).await,
+                result = &mut call => break result,
+            }
+        };
+        // Progress the upstream sent before its result goes out before the result too.
+        while let Ok(update) = progress.try_recv() {
+            relay(update).await;
+        }
+        match result {
+            Ok(result) => Ok(result.into()),
+            Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => {
+                Err(to_mcp_error(error))
+            }
+            // 2025-11-25: a client that handles URL-mode elicitation is asked to send its
+            // user to the authorization URL, then retry.
+            Err(Error::AuthRequired {
+                authorization_url: Some(url),
+                server_id,
+                insufficient_scope,
+                expires_at,
+            }) if declares_url_elicitation(&context.peer) => {
+                let error = Error::AuthRequired {
+                    authorization_url: Some(url.clone()),
+                    server_id,
+                    insufficient_scope,
+                    expires_at,
+                };
+                Err(ErrorData::new(
+                    rmcp::model::ErrorCode(URL_ELICITATION_REQUIRED),
+                    error.to_string(),
+                    Some(json!({
+                        "code": error.code(),
+                        "elicitations": [{
+                            "mode": "url",
+                            "elicitationId": uuid::Uuid::new_v4().to_string(),
+                            "url": url,
+                            "message": "Authorize this MCP server to continue.",
+                        }],
+                    })),
+                ))
+            }
+            other => call_outcome(other).map(Into::into),
+        }
+    }
+
     /// The scope of this session's calls; the first one arranges for its upstream
     /// sessions to end with it.
     fn session_scope(&self, principal: &GatewayPrincipal) -> &str {
@@ -361,7 +447,8 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
 
 /// rmcp runs each request in a task it spawns, whose future is as large as the largest of
 /// these methods' futures, and a spawn copies it several times over: the services' futures
-/// are boxed here (`Box::pin`), so a call's task holds pointers, not ~13 KB of state.
+/// are boxed here (`Box::pin`), and `tools/call`'s own, so a call's task holds pointers,
+/// not ~13 KB of state.
 impl ServerHandler for GatewayHandler {
     async fn initialize(
         &self,
@@ -512,83 +599,7 @@ impl ServerHandler for GatewayHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let principal = self.principal(&context.extensions)?;
-        if let Some(answer) = Box::pin(self.call_in_rounds(&principal, &request, &context)).await {
-            return answer;
-        }
-        let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
-        let token = context.meta.get_progress_token();
-        let cancel: CancellationToken = context.ct.clone();
-        let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
-        let mut call = Box::pin(self.service.call(
-            &principal,
-            &request.name,
-            request.arguments,
-            Caller {
-                live: Some(&live),
-                downstream: Some(downstream),
-                scope: Some(self.session_scope(&principal)),
-            },
-            &cancel,
-            self.max_result_bytes,
-        ));
-        let relay = |update: crate::mcp::Progress| {
-            let (peer, token) = (context.peer.clone(), token.clone());
-            async move {
-                if let Some(token) = token {
-                    let mut param = ProgressNotificationParam::new(token, update.progress);
-                    param.total = update.total;
-                    param.message = update.message;
-                    let _ = peer.notify_progress(param).await;
-                }
-            }
-        };
-        let result = loop {
-            tokio::select! {
-                biased;
-                Some(update) = progress.recv() => relay(update).await,
-                result = &mut call => break result,
-            }
-        };
-        // Progress the upstream sent before its result goes out before the result too.
-        while let Ok(update) = progress.try_recv() {
-            relay(update).await;
-        }
-        match result {
-            Ok(result) => Ok(result.into()),
-            Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => {
-                Err(to_mcp_error(error))
-            }
-            // 2025-11-25: a client that handles URL-mode elicitation is asked to send its
-            // user to the authorization URL, then retry.
-            Err(Error::AuthRequired {
-                authorization_url: Some(url),
-                server_id,
-                insufficient_scope,
-                expires_at,
-            }) if declares_url_elicitation(&context.peer) => {
-                let error = Error::AuthRequired {
-                    authorization_url: Some(url.clone()),
-                    server_id,
-                    insufficient_scope,
-                    expires_at,
-                };
-                Err(ErrorData::new(
-                    rmcp::model::ErrorCode(URL_ELICITATION_REQUIRED),
-                    error.to_string(),
-                    Some(json!({
-                        "code": error.code(),
-                        "elicitations": [{
-                            "mode": "url",
-                            "elicitationId": uuid::Uuid::new_v4().to_string(),
-                            "url": url,
-                            "message": "Authorize this MCP server to continue.",
-                        }],
-                    })),
-                ))
-            }
-            other => call_outcome(other).map(Into::into),
-        }
+        Box::pin(self.call(request, context)).await
     }
 
     async fn list_resources(

@@ -30,6 +30,28 @@ pub struct BindingCache {
 
 pub const BINDINGS_TTL: Duration = Duration::from_secs(5);
 
+/// `cache`'s entry for the assistant, loaded on a miss (concurrent misses share one load).
+/// Every gateway call looks up twice: a hit is a plain `get`, and the loader is awaited
+/// boxed, so the lookup's future stays small instead of holding moka's (~5 KB), which
+/// each caller's future would hold and copy in turn.
+async fn cached<V: Clone + Send + Sync + 'static, Load: Future<Output = Result<V>>>(
+    cache: &Cache<(UserId, AssistantId), V>,
+    user: &UserId,
+    assistant: &AssistantId,
+    load: impl FnOnce() -> Load,
+) -> Result<V> {
+    let key = (user.clone(), assistant.clone());
+    if let Some(hit) = cache.get(&key).await {
+        return Ok(hit);
+    }
+    Box::pin(cache.try_get_with(key, load()))
+        .await
+        .map_err(|e| match Arc::try_unwrap(e) {
+            Ok(error) => error,
+            Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
+        })
+}
+
 impl BindingCache {
     pub fn new(store: Store, cluster: Cluster) -> Self {
         Self {
@@ -52,37 +74,27 @@ impl BindingCache {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<Option<PrefixMode>> {
-        self.prefixes
-            .try_get_with((user.clone(), assistant.clone()), async {
-                let stored = self
-                    .store
-                    .assistants()
-                    .gateway_prefix(user, assistant)
-                    .await?;
-                Ok::<_, Error>(stored.as_deref().and_then(PrefixMode::parse))
-            })
-            .await
-            .map_err(|e| match Arc::try_unwrap(e) {
-                Ok(error) => error,
-                Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
-            })
+        cached(&self.prefixes, user, assistant, || async {
+            let stored = self
+                .store
+                .assistants()
+                .gateway_prefix(user, assistant)
+                .await?;
+            Ok(stored.as_deref().and_then(PrefixMode::parse))
+        })
+        .await
     }
 
     pub async fn get(&self, user: &UserId, assistant: &AssistantId) -> Result<Arc<Vec<Uuid>>> {
-        self.cache
-            .try_get_with((user.clone(), assistant.clone()), async {
-                let ids = self
-                    .store
-                    .assistants()
-                    .bound_servers(user, assistant)
-                    .await?;
-                Ok::<_, Error>(Arc::new(ids))
-            })
-            .await
-            .map_err(|e| match Arc::try_unwrap(e) {
-                Ok(error) => error,
-                Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
-            })
+        cached(&self.cache, user, assistant, || async {
+            let ids = self
+                .store
+                .assistants()
+                .bound_servers(user, assistant)
+                .await?;
+            Ok(Arc::new(ids))
+        })
+        .await
     }
 
     pub async fn forget(&self, user: &UserId, assistant: &AssistantId) {
