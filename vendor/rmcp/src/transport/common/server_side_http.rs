@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
 use sse_stream::{KeepAlive, Sse, SseBody};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::http_header::EVENT_STREAM_MIME_TYPE;
+use super::http_header::{EVENT_STREAM_MIME_TYPE, JSON_MIME_TYPE};
 use crate::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 
 pub type SessionId = Arc<str>;
@@ -20,6 +20,21 @@ pub fn session_id() -> SessionId {
 pub const DEFAULT_AUTO_PING_INTERVAL: Duration = Duration::from_secs(15);
 
 pub(crate) type BoxResponse = Response<BoxBody<Bytes, Infallible>>;
+
+/// mcp-pool: a 400 whose body is the JSON-RPC error `error`, the transport spec's way to
+/// refuse input; the body reader below and tower.rs's refusals share it.
+pub(crate) fn jsonrpc_error_response(
+    id: Option<crate::model::RequestId>,
+    error: crate::model::ErrorData,
+) -> BoxResponse {
+    let body = serde_json::to_vec(&crate::model::JsonRpcError::new(id, error))
+        .expect("serialize JsonRpcError");
+    Response::builder()
+        .status(http::StatusCode::BAD_REQUEST)
+        .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
+        .body(Full::new(Bytes::from(body)).boxed())
+        .expect("valid response")
+}
 
 pub(crate) fn accepted_response() -> Response<BoxBody<Bytes, Infallible>> {
     Response::builder()
@@ -265,14 +280,7 @@ where
             } else {
                 crate::model::ErrorData::invalid_request(format!("Invalid Request: {e}"), None)
             };
-            let body = serde_json::to_vec(&crate::model::JsonRpcError::new(None, error))
-                .expect("serialize JsonRpcError");
-            let response = Response::builder()
-                .status(http::StatusCode::BAD_REQUEST)
-                .header(http::header::CONTENT_TYPE, super::http_header::JSON_MIME_TYPE)
-                .body(Full::new(Bytes::from(body)).boxed())
-                .expect("valid response");
-            Err(response)
+            Err(jsonrpc_error_response(None, error))
         }
     }
 }

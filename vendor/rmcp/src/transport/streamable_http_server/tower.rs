@@ -44,7 +44,8 @@ use crate::{
             mcp_headers,
             server_side_http::{
                 BoxResponse, ServerSseMessage, accepted_response, expect_json,
-                internal_error_response, session_id_required_response, sse_stream_response,
+                internal_error_response, jsonrpc_error_response, session_id_required_response,
+                sse_stream_response,
             },
         },
     },
@@ -617,26 +618,14 @@ fn invalid_request_jsonrpc_response(
     id: Option<RequestId>,
     message: impl Into<Cow<'static, str>>,
 ) -> BoxResponse {
-    let err = JsonRpcError::new(id, ErrorData::invalid_request(message, None));
-    let body = serde_json::to_vec(&err).expect("serialize JsonRpcError");
-    Response::builder()
-        .status(http::StatusCode::BAD_REQUEST)
-        .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
-        .body(Full::new(Bytes::from(body)).boxed())
-        .expect("valid response")
+    jsonrpc_error_response(id, ErrorData::invalid_request(message, None))
 }
 
 fn invalid_params_jsonrpc_response(
     id: Option<RequestId>,
     message: impl Into<Cow<'static, str>>,
 ) -> BoxResponse {
-    let err = JsonRpcError::new(id, ErrorData::invalid_params(message, None));
-    let body = serde_json::to_vec(&err).expect("serialize JsonRpcError");
-    Response::builder()
-        .status(http::StatusCode::BAD_REQUEST)
-        .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
-        .body(Full::new(Bytes::from(body)).boxed())
-        .expect("valid response")
+    jsonrpc_error_response(id, ErrorData::invalid_params(message, None))
 }
 
 /// Absent header is allowed; the first initialize round-trip may legitimately omit it.
