@@ -164,6 +164,9 @@ pub struct DatabaseSettings {
     /// Empty means the embedded SQLite file; may hold a password, so it is a secret.
     pub url: SecretString,
     pub max_connections: u32,
+    /// How long a request waits for a database connection before it is answered 503
+    /// `DATABASE_UNAVAILABLE`.
+    pub acquire_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -348,7 +351,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 26] = [
+        let positive: [(&'static str, u64); 27] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             ("sampling.timeout_secs", self.sampling.timeout_secs),
@@ -405,6 +408,10 @@ impl Settings {
             (
                 "database.max_connections",
                 self.database.max_connections.into(),
+            ),
+            (
+                "database.acquire_timeout_ms",
+                self.database.acquire_timeout_ms,
             ),
             ("server.max_body_bytes", self.server.max_body_bytes as u64),
             ("limits.max_value_bytes", self.limits.max_value_bytes as u64),

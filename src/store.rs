@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, SqlErr};
@@ -24,6 +25,7 @@ mod conversations;
 pub mod entities;
 mod gateway;
 mod group_commit;
+mod health;
 mod instances;
 mod messages;
 mod notify;
@@ -60,10 +62,56 @@ impl From<DbErr> for StoreError {
         if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {
             return StoreError::Duplicate;
         }
-        match err {
-            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => StoreError::Unavailable(err),
-            other => StoreError::Db(other),
+        if is_outage(&err) {
+            return StoreError::Unavailable(err);
         }
+        StoreError::Db(err)
+    }
+}
+
+/// Whether the database refused for a reason of its own (gone, restarting, full, read
+/// only, locked by someone else), not because of the statement: the same write may
+/// succeed later, so the caller is told 503 and to retry.
+fn is_outage(err: &DbErr) -> bool {
+    use sea_orm::RuntimeErr;
+    use sea_orm::sqlx::Error as Sqlx;
+    let runtime = match err {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => return true,
+        DbErr::Exec(e) | DbErr::Query(e) => e,
+        _ => return false,
+    };
+    let RuntimeErr::SqlxError(error) = runtime else {
+        return false;
+    };
+    match &**error {
+        Sqlx::Io(_)
+        | Sqlx::Tls(_)
+        | Sqlx::PoolTimedOut
+        | Sqlx::PoolClosed
+        | Sqlx::WorkerCrashed => true,
+        Sqlx::Database(db) => {
+            let Some(code) = db.code() else {
+                return false;
+            };
+            if db
+                .try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()
+                .is_some()
+            {
+                // The primary result code is the extended code's low byte: BUSY, LOCKED,
+                // READONLY, IOERR, FULL, CANTOPEN.
+                return code
+                    .parse::<i32>()
+                    .is_ok_and(|c| matches!(c & 0xff, 5 | 6 | 8 | 10 | 13 | 14));
+            }
+            // PostgreSQL's SQLSTATE: connection exceptions, insufficient resources (disk
+            // full, too many connections), the server shutting down or starting, and a
+            // read-only transaction (a standby after failover).
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "25006"
+        }
+        _ => false,
     }
 }
 
@@ -90,6 +138,22 @@ struct Db {
     grouped_writes: group_commit::Writes,
     /// The SQLite file's WAL checkpoints, off the writer (none elsewhere).
     checkpoints: Option<checkpoints::Checkpoints>,
+    /// Whether a database server answers (always on an SQLite file).
+    health: health::Health,
+}
+
+impl Db {
+    /// Where repositories read; refused at once while the database does not answer.
+    fn reader(&self) -> Result<&DatabaseConnection, StoreError> {
+        self.health.check()?;
+        Ok(&self.read)
+    }
+
+    /// Where repositories write; refused at once while the database does not answer.
+    fn writer(&self) -> Result<&DatabaseConnection, StoreError> {
+        self.health.check()?;
+        Ok(&self.write)
+    }
 }
 
 /// The URL the service actually connects to: the configured one, or the embedded SQLite
@@ -124,9 +188,16 @@ impl Store {
             opts.journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
         };
+        let wait = Duration::from_millis(settings.database.acquire_timeout_ms);
         let options = |max: u32| {
             let mut options = ConnectOptions::new(url.clone());
-            options.max_connections(max).sqlx_logging(false);
+            // A request that cannot have a connection within `wait` is answered 503 at
+            // once; the pool's default (30 s) held requests through an outage.
+            options
+                .max_connections(max)
+                .acquire_timeout(wait)
+                .connect_timeout(wait)
+                .sqlx_logging(false);
             // The pool's default pings a connection on every checkout: on SQLite one more
             // hop to its worker thread per statement (per transaction), taken while the
             // single writer is held, for a file handle that cannot go stale. PostgreSQL
@@ -143,6 +214,7 @@ impl Store {
             writer.map_sqlx_sqlite_opts(move |opts| {
                 sqlite_options(opts).pragma("wal_autocheckpoint", "0")
             });
+            writer.map_sqlx_sqlite_before_acquire(|conn, _| Box::pin(discard_if_stuck(conn)));
             let write = Database::connect(writer).await?;
             let mut readers = options(settings.database.max_connections);
             // `query_only` rather than a read-only open: a read-only connection cannot
@@ -151,6 +223,7 @@ impl Store {
             let read = Database::connect(readers).await?;
             Db {
                 checkpoints: Some(checkpoints::Checkpoints::start(read.clone(), write.clone())),
+                health: health::Health::default(),
                 read,
                 grouped_writes: group_commit::Writes::grouped(write.clone()),
                 write,
@@ -158,8 +231,14 @@ impl Store {
         } else {
             let mut shared = options(settings.database.max_connections);
             shared.map_sqlx_sqlite_opts(sqlite_options);
+            shared.map_sqlx_sqlite_before_acquire(|conn, _| Box::pin(discard_if_stuck(conn)));
             let db = Database::connect(shared).await?;
             Db {
+                health: if is_sqlite {
+                    health::Health::default()
+                } else {
+                    health::Health::watch(db.clone(), wait)
+                },
                 read: db.clone(),
                 grouped_writes: group_commit::Writes::Direct(db.clone()),
                 checkpoints: None,
@@ -185,8 +264,16 @@ impl Store {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.db.read.ping().await?;
-        self.db.write.ping().await.map_err(StoreError::from)
+        self.db.reader()?.ping().await?;
+        self.db.writer()?.ping().await.map_err(StoreError::from)
+    }
+
+    /// Whether the database can be read and written now: a ping and a real write (this
+    /// instance's heartbeat), so a full disk or a read-only standby shows as well as a
+    /// server that is gone.
+    pub async fn probe(&self, me: crate::domain::InstanceId) -> Result<(), StoreError> {
+        self.ping().await?;
+        self.instances().beat(me).await.map(drop)
     }
 
     pub async fn close(self) {
@@ -242,6 +329,29 @@ impl Store {
     pub fn api_keys(&self) -> ApiKeyRepo {
         ApiKeyRepo::new(self.db.clone())
     }
+}
+
+/// Keeps an SQLite connection that lost track of its transaction out of use. When a
+/// write fails on a full disk (or an I/O error), SQLite may roll the transaction back by
+/// itself; sqlx's `ROLLBACK` then fails and leaves its transaction depth at 1, so the
+/// connection's next `BEGIN` became a `SAVEPOINT` and a failed commit after it left
+/// SQLite holding an open transaction that every later write joined and none committed:
+/// writes acknowledged and lost. A connection whose depth is not 0 once its queued
+/// rollback has run is closed (which rolls back whatever SQLite holds) and replaced.
+async fn discard_if_stuck(
+    conn: &mut sea_orm::sqlx::sqlite::SqliteConnection,
+) -> Result<bool, sea_orm::sqlx::Error> {
+    use sea_orm::sqlx::Connection;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    // A dropped transaction's rollback is queued on the connection's worker ahead of this.
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("an SQLite connection was left inside a failed transaction; replaced");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// The directory of the SQLite database file the URL names; `None` for an in-memory one.

@@ -155,6 +155,10 @@ fn domain_status(err: &Error) -> StatusCode {
     }
 }
 
+/// What `Retry-After` says when the database could not take a request: about how long
+/// the store's probe takes to see it back.
+const DATABASE_RETRY_SECS: u64 = 2;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
@@ -168,6 +172,17 @@ impl IntoResponse for ApiError {
             StatusCode::SERVICE_UNAVAILABLE if matches!(self, ApiError::ShuttingDown) => {
                 tracing::warn!(code, "request still running when the shutdown grace ended");
                 self.to_string()
+            }
+            StatusCode::SERVICE_UNAVAILABLE
+                if matches!(
+                    self,
+                    ApiError::Domain(Error::Store(StoreError::Unavailable(_)))
+                ) =>
+            {
+                tracing::warn!(error = %self, ?self, code, "request failed");
+                format!(
+                    "the database cannot be reached or written right now; nothing was changed, retry in {DATABASE_RETRY_SECS} s"
+                )
             }
             StatusCode::SERVICE_UNAVAILABLE => {
                 tracing::warn!(error = %self, ?self, code, "request failed");
@@ -194,6 +209,7 @@ impl IntoResponse for ApiError {
                 retry_after: Some(wait),
                 ..
             })) => Some(wait.as_secs().max(1)),
+            ApiError::Domain(Error::Store(StoreError::Unavailable(_))) => Some(DATABASE_RETRY_SECS),
             _ => None,
         };
         let auth = match &self {

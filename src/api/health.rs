@@ -1,5 +1,7 @@
 //! `/healthz` (the process answers) and `/readyz` (it can reach its database).
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
@@ -30,15 +32,23 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: the database is reachable (503 `NOT_READY` otherwise).
+/// How long readiness waits for the database's answer.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
+/// Readiness: the database can be read and written, within a second (503 `NOT_READY`
+/// otherwise).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = OK, body = Health)))]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    state
-        .services
-        .store
-        .ping()
-        .await
-        .map_err(|e| ApiError::NotReady(e.to_string()))?;
-    Ok(Json(Health { status: "ready" }))
+    let services = &state.services;
+    match tokio::time::timeout(PROBE_WAIT, services.store.probe(services.cluster.me())).await {
+        Ok(Ok(())) => Ok(Json(Health { status: "ready" })),
+        Ok(Err(e)) => Err(ApiError::NotReady(format!(
+            "the database cannot be used: {e}"
+        ))),
+        Err(_) => Err(ApiError::NotReady(format!(
+            "the database did not answer within {} ms",
+            PROBE_WAIT.as_millis()
+        ))),
+    }
 }

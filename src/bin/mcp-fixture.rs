@@ -78,6 +78,10 @@ mod tls;
 /// resource `fixture://cancellations`.
 static CANCELLATIONS: AtomicU64 = AtomicU64::new(0);
 
+/// Executions of `tally` per key: what the storage-fault tests count an approval's runs by.
+static TALLIES: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
 #[derive(Clone, Default)]
 struct Fixture {
     /// Set by `notify`: the tool list then includes `extra`.
@@ -196,6 +200,15 @@ impl Fixture {
                 "pid",
                 "Returns the server's process id",
                 schema(json!({"type": "object"})),
+            ),
+            Tool::new(
+                "tally",
+                "Counts its executions per key in this process and returns the count; with peek, only reads it",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"key": {"type": "string"}, "peek": {"type": "boolean"}},
+                    "required": ["key"]
+                })),
             ),
         ];
         if self.admin_tool {
@@ -396,6 +409,20 @@ impl ServerHandler for Fixture {
                 ))
             }
             "pid" => Ok(text(std::process::id().to_string())),
+            "tally" => {
+                let key = argument(&request, "key")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("key is required"))?;
+                let peek = argument(&request, "peek")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                let mut tallies = TALLIES.lock().expect("tallies");
+                let count = tallies.entry(key.to_owned()).or_default();
+                if !peek {
+                    *count += 1;
+                }
+                Ok(text(count.to_string()))
+            }
             "form" if self.form_tool => Ok(text(
                 Value::Object(request.arguments.clone().unwrap_or_default()).to_string(),
             )),

@@ -41,7 +41,7 @@ impl ApiKeyRepo {
             created_at: Set(key.created_at),
             revoked_at: Set(key.revoked_at),
         })
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -54,7 +54,7 @@ impl ApiKeyRepo {
         api_key::Entity::find()
             .filter(api_key::Column::KeyHash.eq(hash))
             .filter(api_key::Column::RevokedAt.is_null())
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(to_domain)
             .transpose()
@@ -62,7 +62,7 @@ impl ApiKeyRepo {
 
     pub async fn get(&self, id: Uuid) -> Result<Option<ApiKeyRecord>, StoreError> {
         api_key::Entity::find_by_id(id)
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(to_domain)
             .transpose()
@@ -71,7 +71,7 @@ impl ApiKeyRepo {
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         api_key::Entity::find()
             .order_by_asc(api_key::Column::CreatedAt)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(to_domain)
@@ -82,7 +82,7 @@ impl ApiKeyRepo {
         Ok(api_key::Entity::find()
             .filter(api_key::Column::Role.eq(ApiKeyRole::Admin.as_str()))
             .filter(api_key::Column::RevokedAt.is_null())
-            .count(&self.db.read)
+            .count(self.db.reader()?)
             .await?)
     }
 
@@ -94,7 +94,7 @@ impl ApiKeyRepo {
             })
             .filter(api_key::Column::Id.eq(id))
             .filter(api_key::Column::RevokedAt.is_null())
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected == 1)
     }

@@ -29,7 +29,7 @@ impl AssistantRepo {
             user.as_str().to_owned(),
             assistant.as_str().to_owned(),
         ))
-        .one(&self.db.read)
+        .one(self.db.reader()?)
         .await?
         .and_then(|row| row.gateway_prefix))
     }
@@ -58,7 +58,7 @@ impl AssistantRepo {
             ])
             .to_owned(),
         )
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -72,7 +72,7 @@ impl AssistantRepo {
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))
             .order_by_asc(assistant_server::Column::Position)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| row.mcp_server_id)
@@ -88,7 +88,7 @@ impl AssistantRepo {
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .order_by_asc(assistant_server::Column::AssistantId)
             .order_by_asc(assistant_server::Column::Position)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         let mut assistants: Vec<(AssistantId, Vec<Uuid>)> = Vec::new();
         for row in rows {
@@ -113,7 +113,7 @@ impl AssistantRepo {
         assistant: &AssistantId,
         servers: &[Uuid],
     ) -> Result<(), StoreError> {
-        let txn = self.db.write.begin().await?;
+        let txn = self.db.writer()?.begin().await?;
         assistant_server::Entity::delete_many()
             .filter(assistant_server::Column::UserId.eq(user.as_str()))
             .filter(assistant_server::Column::AssistantId.eq(assistant.as_str()))

@@ -107,7 +107,7 @@ impl AuditRepo {
         } else {
             // Alone, one statement needs no transaction of its own.
             audit_entry::Entity::insert(row)
-                .exec_without_returning(&self.db.write)
+                .exec_without_returning(self.db.writer()?)
                 .await?;
         }
         Ok(())
@@ -140,13 +140,13 @@ impl AuditRepo {
             condition = condition.add(audit_entry::Column::CreatedAt.lt(to));
         }
         let query = audit_entry::Entity::find().filter(condition);
-        let total = query.clone().count(&self.db.read).await?;
+        let total = query.clone().count(self.db.reader()?).await?;
         let rows = query
             .order_by_desc(audit_entry::Column::CreatedAt)
             .order_by_desc(audit_entry::Column::Id)
             .offset(page * page_size)
             .limit(page_size)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         let rows = rows
             .into_iter()

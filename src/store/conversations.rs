@@ -36,7 +36,7 @@ impl ConversationRepo {
     pub async fn ownership(&self, user: &UserId, id: Uuid) -> Result<Ownership, StoreError> {
         Ok(
             match conversation::Entity::find_by_id(id)
-                .one(&self.db.read)
+                .one(self.db.reader()?)
                 .await?
             {
                 Some(row) if row.user_id == user.as_str() => Ownership::Mine,
@@ -53,7 +53,7 @@ impl ConversationRepo {
     ) -> Result<Option<StoredConversation>, StoreError> {
         Ok(conversation::Entity::find_by_id(id)
             .filter(conversation::Column::UserId.eq(user.as_str()))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(|row| StoredConversation {
                 id: row.id,
@@ -89,7 +89,7 @@ impl ConversationRepo {
             created_at: Set(now),
             updated_at: Set(now),
         })
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -103,7 +103,7 @@ impl ConversationRepo {
             })
             .filter(conversation::Column::Id.eq(id))
             .filter(conversation::Column::UserId.eq(user.as_str()))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }

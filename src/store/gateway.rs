@@ -71,7 +71,7 @@ impl GatewayRepo {
             token_prefix: Set(record.prefix.clone()),
             created_at: Set(record.created_at),
         })
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -85,7 +85,7 @@ impl GatewayRepo {
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .filter(gateway_token::Column::AssistantId.eq(assistant.as_str()))
             .order_by_asc(gateway_token::Column::CreatedAt)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(token)
@@ -97,7 +97,7 @@ impl GatewayRepo {
         gateway_token::Entity::find()
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .order_by_asc(gateway_token::Column::CreatedAt)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(token)
@@ -107,7 +107,7 @@ impl GatewayRepo {
     pub async fn token_by_hash(&self, hash: &str) -> Result<Option<GatewayToken>, StoreError> {
         gateway_token::Entity::find()
             .filter(gateway_token::Column::TokenHash.eq(hash))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(token)
             .transpose()
@@ -123,13 +123,13 @@ impl GatewayRepo {
         let Some(row) = gateway_token::Entity::find_by_id(id)
             .filter(gateway_token::Column::UserId.eq(user.as_str()))
             .filter(gateway_token::Column::AssistantId.eq(assistant.as_str()))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
         else {
             return Ok(None);
         };
         gateway_token::Entity::delete_by_id(id)
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(Some(row.token_hash))
     }
@@ -176,7 +176,7 @@ impl GatewayRepo {
             ])
             .to_owned(),
         )
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -189,7 +189,7 @@ impl GatewayRepo {
         xiaozhi_bridge::Entity::find()
             .filter(xiaozhi_bridge::Column::UserId.eq(user.as_str()))
             .filter(xiaozhi_bridge::Column::AssistantId.eq(assistant.as_str()))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(|row| self.bridge(row))
             .transpose()
@@ -198,7 +198,7 @@ impl GatewayRepo {
     pub async fn enabled_bridges(&self) -> Result<Vec<XiaozhiBridge>, StoreError> {
         xiaozhi_bridge::Entity::find()
             .filter(xiaozhi_bridge::Column::Enabled.eq(true))
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| self.bridge(row))
@@ -222,7 +222,7 @@ impl GatewayRepo {
                     .add(xiaozhi_bridge::Column::OwnerInstance.eq(me.0))
                     .add(xiaozhi_bridge::Column::OwnerInstance.is_not_in(ids(live))),
             )
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(updated.rows_affected > 0)
     }
@@ -235,7 +235,7 @@ impl GatewayRepo {
         let result = xiaozhi_bridge::Entity::delete_many()
             .filter(xiaozhi_bridge::Column::UserId.eq(user.as_str()))
             .filter(xiaozhi_bridge::Column::AssistantId.eq(assistant.as_str()))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected > 0)
     }

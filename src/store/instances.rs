@@ -25,7 +25,7 @@ impl InstanceRepo {
             started_at: Set(now),
             heartbeat_at: Set(now),
         })
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -39,7 +39,7 @@ impl InstanceRepo {
                 ..Default::default()
             })
             .filter(instance::Column::Id.eq(id.0))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         if updated.rows_affected == 0 {
             self.register(id).await?;
@@ -53,7 +53,7 @@ impl InstanceRepo {
         use sea_orm::QueryOrder;
         Ok(instance::Entity::find()
             .order_by_asc(instance::Column::StartedAt)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| (InstanceId(row.id), row.started_at, row.heartbeat_at))
@@ -64,7 +64,7 @@ impl InstanceRepo {
     pub async fn live(&self, since: DateTime<Utc>) -> Result<Vec<InstanceId>, StoreError> {
         Ok(instance::Entity::find()
             .filter(instance::Column::HeartbeatAt.gte(since))
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| InstanceId(row.id))
@@ -74,7 +74,7 @@ impl InstanceRepo {
     pub async fn is_live(&self, id: InstanceId, since: DateTime<Utc>) -> Result<bool, StoreError> {
         Ok(instance::Entity::find_by_id(id.0)
             .filter(instance::Column::HeartbeatAt.gte(since))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .is_some())
     }
@@ -83,7 +83,7 @@ impl InstanceRepo {
     pub async fn forget_silent(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         Ok(instance::Entity::delete_many()
             .filter(instance::Column::HeartbeatAt.lt(before))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?
             .rows_affected)
     }
@@ -93,7 +93,7 @@ impl InstanceRepo {
     /// at once. `false` when there was no row.
     pub async fn remove(&self, id: InstanceId) -> Result<bool, StoreError> {
         let deleted = instance::Entity::delete_by_id(id.0)
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(deleted.rows_affected > 0)
     }

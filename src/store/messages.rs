@@ -55,7 +55,7 @@ impl MessageRepo {
     pub async fn get(&self, user: &UserId, id: Uuid) -> Result<Option<StoredMessage>, StoreError> {
         let Some(row) = message::Entity::find_by_id(id)
             .filter(message::Column::UserId.eq(user.as_str()))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
         else {
             return Ok(None);
@@ -67,7 +67,7 @@ impl MessageRepo {
     /// Whether the id is taken by anyone (another user's message must not be overwritten).
     pub async fn exists(&self, id: Uuid) -> Result<bool, StoreError> {
         Ok(message::Entity::find_by_id(id)
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .is_some())
     }
@@ -88,11 +88,11 @@ impl MessageRepo {
         };
         if message.tool_calls.is_empty() {
             message::Entity::insert(row)
-                .exec_without_returning(&self.db.write)
+                .exec_without_returning(self.db.writer()?)
                 .await?;
             return Ok(());
         }
-        let txn = self.db.write.begin().await?;
+        let txn = self.db.writer()?.begin().await?;
         message::Entity::insert(row)
             .exec_without_returning(&txn)
             .await?;
@@ -167,6 +167,7 @@ impl MessageRepo {
         open_calls: usize,
         change: RecordsChange,
     ) -> Result<bool, StoreError> {
+        self.db.health.check()?;
         self.db
             .grouped_writes
             .apply(RecordsWrite {
@@ -201,7 +202,7 @@ impl MessageRepo {
             .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
             .filter(free)
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(updated.rows_affected > 0)
     }
@@ -223,7 +224,7 @@ impl MessageRepo {
             })
             .filter(message::Column::Id.eq(id))
             .filter(message::Column::UserId.eq(user.as_str()))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -241,7 +242,7 @@ impl MessageRepo {
             .order_by_desc(message::Column::CreatedAt)
             .order_by_desc(message::Column::Id)
             .limit(limit)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         rows.reverse();
         self.with_records(rows).await
@@ -258,7 +259,7 @@ impl MessageRepo {
             .filter(message::Column::OpenCalls.gt(0))
             .order_by_desc(message::Column::CreatedAt)
             .limit(limit)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         self.with_records(rows).await
     }
@@ -272,7 +273,7 @@ impl MessageRepo {
                     .add(message::Column::OwnerInstance.is_null())
                     .add(message::Column::OwnerInstance.is_not_in(ids(live))),
             )
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         self.with_records(rows).await
     }
@@ -289,7 +290,7 @@ impl MessageRepo {
                 .filter(tool_call::Column::MessageId.is_in(chunk.iter().copied()))
                 .order_by_asc(tool_call::Column::MessageId)
                 .order_by_asc(tool_call::Column::Position)
-                .all(&self.db.read)
+                .all(self.db.reader()?)
                 .await?;
             for call in calls {
                 records.entry(call.message_id).or_default().push(call);

@@ -80,7 +80,7 @@ impl OAuthRepo {
         server: Uuid,
     ) -> Result<Option<TokenRecord>, StoreError> {
         let Some(row) = oauth_token::Entity::find_by_id((user.as_str().to_owned(), server))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
         else {
             return Ok(None);
@@ -117,7 +117,7 @@ impl OAuthRepo {
                     .do_nothing()
                     .to_owned(),
             )
-            .exec_without_returning(&self.db.write)
+            .exec_without_returning(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -155,7 +155,7 @@ impl OAuthRepo {
                     ])
                     .to_owned(),
             )
-            .exec_without_returning(&self.db.write)
+            .exec_without_returning(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -182,7 +182,7 @@ impl OAuthRepo {
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(token_of(user, server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -210,7 +210,7 @@ impl OAuthRepo {
             )
             .col_expr(oauth_token::Column::UpdatedAt, Expr::value(Utc::now()))
             .filter(token_of(user, server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(before)
     }
@@ -224,12 +224,12 @@ impl OAuthRepo {
         let before = self.token(user, server).await?;
         oauth_token::Entity::delete_many()
             .filter(token_of(user, server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::UserId.eq(user.as_str()))
             .filter(oauth_pending::Column::ServerId.eq(server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(before)
     }
@@ -243,7 +243,7 @@ impl OAuthRepo {
                 Expr::col(oauth_token::Column::StepUps).add(Expr::value(1)),
             )
             .filter(token_of(user, server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(self
             .token(user, server)
@@ -257,7 +257,7 @@ impl OAuthRepo {
         oauth_token::Entity::update_many()
             .col_expr(oauth_token::Column::StepUps, Expr::value(0))
             .filter(token_of(user, server))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -281,7 +281,7 @@ impl OAuthRepo {
                     .add(oauth_token::Column::RefreshLockUntil.is_null())
                     .add(oauth_token::Column::RefreshLockUntil.lt(now_ms)),
             )
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?
             .rows_affected;
         Ok(taken == 1)
@@ -304,7 +304,7 @@ impl OAuthRepo {
             )
             .filter(token_of(user, server))
             .filter(oauth_token::Column::RefreshLockHolder.eq(holder))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -323,7 +323,7 @@ impl OAuthRepo {
             expires_at: Set(flow.expires_at),
             created_at: Set(Utc::now()),
         })
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -348,14 +348,14 @@ impl OAuthRepo {
         now: DateTime<Utc>,
     ) -> Result<Option<PendingFlow>, StoreError> {
         let Some(row) = oauth_pending::Entity::find_by_id(state_hash.to_owned())
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
         else {
             return Ok(None);
         };
         let deleted = oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::StateHash.eq(state_hash))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?
             .rows_affected;
         if deleted != 1 || row.expires_at <= now {
@@ -376,7 +376,7 @@ impl OAuthRepo {
             .filter(oauth_pending::Column::ServerId.eq(server))
             .filter(oauth_pending::Column::ExpiresAt.gt(valid_at))
             .order_by_desc(oauth_pending::Column::CreatedAt)
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(|row| self.pending_from_row(row))
             .transpose()
@@ -385,7 +385,7 @@ impl OAuthRepo {
     pub async fn count_pending(&self, user: &UserId) -> Result<u64, StoreError> {
         Ok(oauth_pending::Entity::find()
             .filter(oauth_pending::Column::UserId.eq(user.as_str()))
-            .count(&self.db.read)
+            .count(self.db.reader()?)
             .await?)
     }
 
@@ -393,7 +393,7 @@ impl OAuthRepo {
     pub async fn purge_expired(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
         Ok(oauth_pending::Entity::delete_many()
             .filter(oauth_pending::Column::ExpiresAt.lte(now))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?
             .rows_affected)
     }
@@ -406,7 +406,7 @@ impl OAuthRepo {
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
         let Some(row) =
             oauth_client::Entity::find_by_id((issuer.to_owned(), redirect_uri.to_owned()))
-                .one(&self.db.read)
+                .one(self.db.reader()?)
                 .await?
         else {
             return Ok(None);
@@ -438,7 +438,7 @@ impl OAuthRepo {
             .do_nothing()
             .to_owned(),
         )
-        .exec_without_returning(&self.db.write)
+        .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
     }
@@ -452,7 +452,7 @@ impl OAuthRepo {
         oauth_client::Entity::delete_many()
             .filter(oauth_client::Column::Issuer.eq(issuer))
             .filter(oauth_client::Column::RedirectUri.eq(redirect_uri))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(())
     }

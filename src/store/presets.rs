@@ -67,7 +67,7 @@ impl PresetRepo {
     pub async fn list(&self) -> Result<Vec<Preset>, StoreError> {
         preset::Entity::find()
             .order_by_asc(preset::Column::Name)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| self.to_domain(row))
@@ -77,7 +77,7 @@ impl PresetRepo {
     pub async fn get(&self, name: &str) -> Result<Option<Preset>, StoreError> {
         preset::Entity::find()
             .filter(preset::Column::Name.eq(name))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(|row| self.to_domain(row))
             .transpose()
@@ -85,7 +85,7 @@ impl PresetRepo {
 
     pub async fn insert(&self, preset: &Preset) -> Result<(), StoreError> {
         preset::Entity::insert(self.to_row(preset))
-            .exec_without_returning(&self.db.write)
+            .exec_without_returning(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -94,7 +94,7 @@ impl PresetRepo {
         let result = preset::Entity::update_many()
             .set(self.to_row(preset))
             .filter(preset::Column::Id.eq(preset.id))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected == 1)
     }
@@ -102,7 +102,7 @@ impl PresetRepo {
     pub async fn delete(&self, name: &str) -> Result<bool, StoreError> {
         let result = preset::Entity::delete_many()
             .filter(preset::Column::Name.eq(name))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected == 1)
     }

@@ -34,7 +34,7 @@ impl ServerRepo {
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
             .order_by_asc(mcp_server::Column::CreatedAt)
             .order_by_asc(mcp_server::Column::Id)
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| self.to_domain(row))
@@ -44,7 +44,7 @@ impl ServerRepo {
     pub async fn get(&self, user: &UserId, id: Uuid) -> Result<Option<McpServer>, StoreError> {
         mcp_server::Entity::find_by_id(id)
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
-            .one(&self.db.read)
+            .one(self.db.reader()?)
             .await?
             .map(|row| self.to_domain(row))
             .transpose()
@@ -53,14 +53,14 @@ impl ServerRepo {
     pub async fn count(&self, user: &UserId) -> Result<u64, StoreError> {
         Ok(mcp_server::Entity::find()
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
-            .count(&self.db.read)
+            .count(self.db.reader()?)
             .await?)
     }
 
     pub async fn count_using_preset(&self, preset: &str) -> Result<u64, StoreError> {
         Ok(mcp_server::Entity::find()
             .filter(mcp_server::Column::Preset.eq(preset))
-            .count(&self.db.read)
+            .count(self.db.reader()?)
             .await?)
     }
 
@@ -76,7 +76,7 @@ impl ServerRepo {
         Ok(mcp_server::Entity::find()
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
             .filter(mcp_server::Column::Id.is_in(ids.iter().copied()))
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?
             .into_iter()
             .map(|row| row.id)
@@ -85,7 +85,7 @@ impl ServerRepo {
 
     pub async fn insert(&self, server: &McpServer) -> Result<(), StoreError> {
         mcp_server::Entity::insert(self.to_row(server))
-            .exec_without_returning(&self.db.write)
+            .exec_without_returning(self.db.writer()?)
             .await?;
         Ok(())
     }
@@ -96,14 +96,14 @@ impl ServerRepo {
             .set(self.to_row(server))
             .filter(mcp_server::Column::Id.eq(server.id))
             .filter(mcp_server::Column::UserId.eq(server.user_id.as_str()))
-            .exec(&self.db.write)
+            .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected == 1)
     }
 
     /// Deletes the server and its assistant bindings together; `false` when not found.
     pub async fn delete(&self, user: &UserId, id: Uuid) -> Result<bool, StoreError> {
-        let txn = self.db.write.begin().await?;
+        let txn = self.db.writer()?.begin().await?;
         let deleted = mcp_server::Entity::delete_many()
             .filter(mcp_server::Column::Id.eq(id))
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
@@ -131,7 +131,7 @@ impl ServerRepo {
                     .add(mcp_server::Column::BaseUrl.contains("@"))
                     .add(mcp_server::Column::BaseUrl.contains("?")),
             )
-            .all(&self.db.read)
+            .all(self.db.reader()?)
             .await?;
         let mut sealed = 0;
         for row in rows {
@@ -150,7 +150,7 @@ impl ServerRepo {
                 )
                 .filter(mcp_server::Column::Id.eq(row.id))
                 .filter(mcp_server::Column::BaseUrlSealed.is_null())
-                .exec(&self.db.write)
+                .exec(self.db.writer()?)
                 .await?
                 .rows_affected;
         }

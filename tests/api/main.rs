@@ -41,6 +41,7 @@ mod server_notices;
 mod servers;
 mod session_scope;
 mod ssrf;
+mod storage_faults;
 mod teardown;
 mod tool_call_rows;
 mod tool_calls;
