@@ -163,6 +163,12 @@ impl Error {
         Error::Validation(message.into())
     }
 
+    /// The database could not take the request now (gone, restarting, full): the same
+    /// request may succeed later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Store(StoreError::Unavailable(_)))
+    }
+
     /// The stable, documented code clients switch on.
     pub fn code(&self) -> &'static str {
         match self {

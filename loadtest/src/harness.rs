@@ -548,3 +548,49 @@ pub fn child_processes(needle: &str, except: &[u32]) -> Children {
     }
     children
 }
+
+/// A TCP proxy to a database server that the soak cuts: while cut, every connection
+/// through it is closed and every new one refused at once, as when the server stops.
+pub struct CutProxy {
+    pub port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    open: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl CutProxy {
+    pub async fn start(target: std::net::SocketAddr) -> Result<Self> {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let proxy = Self {
+            port: listener.local_addr()?.port(),
+            cut: Default::default(),
+            open: Default::default(),
+        };
+        let (cut, open) = (proxy.cut.clone(), proxy.open.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if cut.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                open.lock().expect("relays").push(relay.abort_handle());
+            }
+        });
+        Ok(proxy)
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for relay in self.open.lock().expect("relays").drain(..) {
+            relay.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

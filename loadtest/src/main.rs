@@ -133,6 +133,16 @@ enum Scenario {
         /// embedded, list-tools, slow, timeout, crash, approve.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Cuts the database for this many seconds, a third of the way in (needs
+        /// `--database`): reports the outcomes during the cut, the time until the service
+        /// is ready again, and whether every acknowledged approval ran exactly once.
+        #[arg(long, requires = "database")]
+        cut_database: Option<u64>,
+        /// A PostgreSQL server (its admin database's URL, e.g.
+        /// postgres://postgres@127.0.0.1:5432/postgres) on which the soak creates its own
+        /// database, reached through a proxy it can cut.
+        #[arg(long)]
+        database: Option<String>,
     },
 }
 
@@ -202,6 +212,17 @@ async fn main() -> Result<()> {
             users,
             workers,
             only,
-        } => scenarios::soak::run(seconds, users, workers, &only, cli.json).await,
+            cut_database,
+            database,
+        } => {
+            let cut = match (cut_database, database) {
+                (Some(seconds), Some(server)) => {
+                    Some(scenarios::soak::DatabaseCut { server, seconds })
+                }
+                (None, Some(_)) => anyhow::bail!("--database is for --cut-database"),
+                _ => None,
+            };
+            scenarios::soak::run(seconds, users, workers, &only, cut, cli.json).await
+        }
     }
 }

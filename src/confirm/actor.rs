@@ -72,6 +72,47 @@ pub struct ActorState {
 
 pub struct ConfirmationActor;
 
+/// How often a write the database refused is tried again, and for how long an
+/// execution's audit row is.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const AUDIT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Sends `again` to the actor after [`RETRY_EVERY`] when `error` is an outage (the
+/// database will take the write once it is back); any other error fails the turn.
+fn retry_while_unavailable(
+    error: Error,
+    myself: &ActorRef<ConfirmMsg>,
+    again: impl FnOnce() -> ConfirmMsg + Send + 'static,
+) -> Result<()> {
+    if !error.is_unavailable() {
+        return Err(error);
+    }
+    tracing::warn!(%error, "a call's settlement waits for the database");
+    myself.send_after(RETRY_EVERY, again);
+    Ok(())
+}
+
+/// Writes an execution's audit row, through an outage of up to [`AUDIT_RETRY_FOR`]: every
+/// execution has its row.
+async fn record_audit(store: &crate::store::Store, audit: AuditEntry) {
+    let started = std::time::Instant::now();
+    loop {
+        match store.audit().record(audit.clone()).await {
+            Ok(()) => return,
+            Err(crate::store::StoreError::Unavailable(e))
+                if started.elapsed() < AUDIT_RETRY_FOR =>
+            {
+                tracing::warn!(error = %e, "an audit row waits for the database");
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, tool = %audit.tool_name, "an execution's audit row could not be written");
+                return;
+            }
+        }
+    }
+}
+
 impl ActorState {
     /// Writes the records from `first` on, new to the message (the message too when it
     /// does not exist yet); the caller announces only after this succeeded.
@@ -142,16 +183,15 @@ impl ActorState {
         self.records.iter().position(|r| r.id == call_id)
     }
 
-    /// Starts the call in a task; its handle lets an approval whose write failed take it
-    /// back (dropping the request tells the upstream to cancel it).
+    /// Starts the call in a task, once its 'invoking' is stored.
     fn start_execution(
         &self,
         myself: &ActorRef<ConfirmMsg>,
         record: &ToolCallRecord,
         span: &tracing::Span,
-    ) -> Option<tokio::task::AbortHandle> {
+    ) {
         let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
-            return None;
+            return;
         };
         let (executor, store) = (self.deps.executor.clone(), self.deps.store.clone());
         let (me, user, call_id, arguments, scope) = (
@@ -185,12 +225,10 @@ impl ActorState {
                 latency_ms: Some(outcome.latency.as_millis() as i64),
                 decided_by: None,
             };
-            if let Err(e) = store.audit().record(audit).await {
-                tracing::warn!(error = %e, "could not write an audit row");
-            }
+            record_audit(&store, audit).await;
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
         };
-        Some(tokio::spawn(tracing::Instrument::instrument(execution, span.clone())).abort_handle())
+        tokio::spawn(tracing::Instrument::instrument(execution, span.clone()));
     }
 
     fn park(
@@ -238,6 +276,47 @@ impl ActorState {
             self.announce(&self.records[index]);
         }
         Ok(())
+    }
+
+    /// Settles a running call with its result; on a failed write the record is left
+    /// running and the outcome handed back, to be tried again.
+    async fn settle_execution(
+        &mut self,
+        index: usize,
+        outcome: ExecOutcome,
+    ) -> std::result::Result<(), (Error, ExecOutcome)> {
+        let status = outcome.status();
+        let ExecOutcome {
+            response,
+            is_error,
+            error_code,
+            latency,
+        } = outcome;
+        let record = &mut self.records[index];
+        record.status = status;
+        record.response = response;
+        record.is_error = is_error;
+        match self.persist(&[index]).await {
+            Ok(()) => {
+                self.announce(&self.records[index]);
+                Ok(())
+            }
+            Err(error) => {
+                let record = &mut self.records[index];
+                record.status = ToolCallStatus::Invoking;
+                record.is_error = false;
+                let response = std::mem::take(&mut record.response);
+                Err((
+                    error,
+                    ExecOutcome {
+                        response,
+                        is_error,
+                        error_code,
+                        latency,
+                    },
+                ))
+            }
+        }
     }
 
     /// Brings the shared parked-call count in line with this message's records.
@@ -383,22 +462,18 @@ impl Actor for ConfirmationActor {
                     return Ok(());
                 }
                 let result = if approved {
-                    // Start at once; the stored 'invoking' still precedes its announcement,
-                    // and the result cannot be handled before this message is done.
+                    // The decision is stored before the call starts: a write that fails
+                    // (the database gone, a full disk) leaves the call parked and unrun,
+                    // so the approval retried later runs it once. Started first, a call
+                    // could not be taken back once the server had run it.
                     state.records[index].status = ToolCallStatus::Invoking;
-                    let execution = state.start_execution(&myself, &state.records[index], &span);
                     let persisted = state.persist(&[index]).await;
                     match &persisted {
-                        Ok(()) => state.announce(&state.records[index]),
-                        // Not approved after all: the answer says so, the record stays
-                        // parked, and the call is taken back (best effort: a fast tool
-                        // may have run already).
-                        Err(_) => {
-                            state.records[index].status = ToolCallStatus::Pending;
-                            if let Some(execution) = execution {
-                                execution.abort();
-                            }
+                        Ok(()) => {
+                            state.announce(&state.records[index]);
+                            state.start_execution(&myself, &state.records[index], &span);
                         }
+                        Err(_) => state.records[index].status = ToolCallStatus::Pending,
                     }
                     persisted
                 } else {
@@ -418,14 +493,13 @@ impl Actor for ConfirmationActor {
                     && state.records[index].status == ToolCallStatus::Invoking
                 {
                     // Its audit row is written already (`start_execution`).
-                    state
-                        .settle(
-                            &[index],
-                            outcome.status(),
-                            outcome.response,
-                            outcome.is_error,
-                        )
-                        .await?;
+                    if let Err((error, outcome)) = state.settle_execution(index, outcome).await {
+                        // The result is kept here until the database takes it.
+                        retry_while_unavailable(error, &myself, move || ConfirmMsg::Executed {
+                            call_id,
+                            outcome,
+                        })?;
+                    }
                 }
             }
             ConfirmMsg::TimedOut { call_id } => {
@@ -433,7 +507,7 @@ impl Actor for ConfirmationActor {
                     && state.records[index].status == ToolCallStatus::Pending
                 {
                     let waited = state.deps.timeout.as_secs();
-                    state
+                    let settled = state
                         .settle(
                             &[index],
                             ToolCallStatus::Cancelled,
@@ -442,7 +516,12 @@ impl Actor for ConfirmationActor {
                             )),
                             true,
                         )
-                        .await?;
+                        .await;
+                    if let Err(error) = settled {
+                        retry_while_unavailable(error, &myself, move || ConfirmMsg::TimedOut {
+                            call_id,
+                        })?;
+                    }
                 }
             }
             ConfirmMsg::CancelParked { reason, reply } => {

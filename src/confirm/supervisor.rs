@@ -21,6 +21,13 @@ pub enum SupervisorMsg {
         create: bool,
         reply: RpcReplyPort<Result<ActorRef<ConfirmMsg>>>,
     },
+    /// A message read for its actor (see [`SupervisorState::open`]).
+    Loaded {
+        user: UserId,
+        message: Uuid,
+        create: bool,
+        loaded: Result<Loaded>,
+    },
     /// Settles the open calls of a message whose instance stopped, unless an actor here
     /// holds it or another instance took it first; answers how many were settled.
     SettleOrphan {
@@ -40,49 +47,141 @@ pub struct SupervisorState {
     registry: Arc<Registry>,
     deps: ConfirmDeps,
     children: HashMap<ActorId, (UserId, Uuid)>,
+    /// Messages being read for their actor, with who waits for it (and whether each may
+    /// create the message).
+    opening: HashMap<(UserId, Uuid), Vec<(bool, Opened)>>,
 }
 
 pub struct ConfirmationSupervisor;
 
+/// What a message's actor starts from, read from the store off the supervisor's turn.
+pub struct Loaded {
+    exists: bool,
+    records: Vec<crate::domain::ToolCallRecord>,
+    scope: Option<Arc<str>>,
+}
+
+type Opened = RpcReplyPort<Result<ActorRef<ConfirmMsg>>>;
+
 impl SupervisorState {
-    async fn open(
+    /// Answers at once when the actor is there; else reads the message in a task of its
+    /// own (joined by any other `Open` of the same message meanwhile) and spawns the actor
+    /// when that answers ([`SupervisorMsg::Loaded`]): a database that is slow or gone
+    /// holds that message's callers, not every message's.
+    fn open(
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
         user: UserId,
         message: Uuid,
         create: bool,
-    ) -> Result<ActorRef<ConfirmMsg>> {
+        reply: Opened,
+    ) {
         match self.registry.lookup(&user, message) {
-            Lookup::Mine(actor) => return Ok(actor),
-            Lookup::Others => return Err(Error::NotFound(Resource::Message, message.to_string())),
+            Lookup::Mine(actor) => {
+                let _ = reply.send(Ok(actor));
+                return;
+            }
+            Lookup::Others => {
+                let _ = reply.send(Err(Error::NotFound(Resource::Message, message.to_string())));
+                return;
+            }
             Lookup::Absent => {}
         }
-        let repo = self.deps.store.messages();
-        let (exists, records, scope) = match repo.get(&user, message).await? {
-            Some(_) => {
-                self.claim(&user, message).await?;
-                // Read again after the claim: now nobody else can change the records.
-                let stored = repo
-                    .get(&user, message)
-                    .await?
-                    .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
-                // A stored message's calls use its conversation's sessions.
-                let scope = stored
-                    .conversation_id
-                    .map(|c| std::sync::Arc::from(c.to_string()));
-                (true, stored.tool_calls, scope)
-            }
-            // Another user's message id answers exactly like a missing one. A new message
-            // is inserted with this instance as its owner.
-            None if create && !repo.exists(message).await? => (false, Vec::new(), None),
-            None => return Err(Error::NotFound(Resource::Message, message.to_string())),
+        if let Some(waiting) = self.opening.get_mut(&(user.clone(), message)) {
+            waiting.push((create, reply));
+            return;
+        }
+        self.opening
+            .insert((user.clone(), message), vec![(create, reply)]);
+        self.start_loading(myself, user, message, create);
+    }
+
+    /// Reads the message in a task; [`SupervisorMsg::Loaded`] brings it back.
+    fn start_loading(
+        &self,
+        myself: &ActorRef<SupervisorMsg>,
+        user: UserId,
+        message: Uuid,
+        create: bool,
+    ) {
+        let (deps, myself) = (self.deps.clone(), myself.clone());
+        tokio::spawn(async move {
+            let loaded = load(&deps, &user, message, create).await;
+            let _ = myself.cast(SupervisorMsg::Loaded {
+                user,
+                message,
+                create,
+                loaded,
+            });
+        });
+    }
+
+    /// Spawns the actor of a message just read and answers everyone waiting for it.
+    async fn loaded(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        user: UserId,
+        message: Uuid,
+        create: bool,
+        loaded: Result<Loaded>,
+    ) {
+        let mut waiting = self
+            .opening
+            .remove(&(user.clone(), message))
+            .unwrap_or_default()
+            .into_iter();
+        let spawned = match loaded {
+            Ok(loaded) => self.spawn(myself, user.clone(), message, loaded).await,
+            Err(e) => Err(e),
         };
+        if let Err(e) = &spawned
+            && waiting.len() == 0
+        {
+            tracing::error!(%message, error = %e, "could not restart a confirmation actor");
+        }
+        match spawned {
+            Ok(actor) => {
+                for (_, reply) in waiting {
+                    let _ = reply.send(Ok(actor.clone()));
+                }
+            }
+            Err(error) => {
+                // The error goes to the first caller whose question was read; the others
+                // ask again (one that may create the message, or after a passing fault).
+                let mut error = Some(error);
+                for (wants_create, reply) in waiting.by_ref() {
+                    match error.take() {
+                        Some(e) if wants_create == create => {
+                            let _ = reply.send(Err(e));
+                        }
+                        taken => {
+                            error = taken;
+                            let _ = myself.cast(SupervisorMsg::Open {
+                                user: user.clone(),
+                                message,
+                                create: wants_create,
+                                reply,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn spawn(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        user: UserId,
+        message: Uuid,
+        loaded: Loaded,
+    ) -> Result<ActorRef<ConfirmMsg>> {
         let args = ActorArgs {
             user: user.clone(),
             message,
-            exists,
-            records,
-            scope,
+            exists: loaded.exists,
+            records: loaded.records,
+            scope: loaded.scope,
             deps: self.deps.clone(),
         };
         let (actor, _) = Actor::spawn_linked(None, ConfirmationActor, args, myself.get_cell())
@@ -94,23 +193,6 @@ impl SupervisorState {
             .insert(actor.get_id(), (user.clone(), message));
         self.registry.insert(user, message, actor.clone());
         Ok(actor)
-    }
-
-    /// Makes this instance the writer of an existing message, unless a live other
-    /// instance holds open calls of it.
-    async fn claim(&self, user: &UserId, message: Uuid) -> Result<()> {
-        let repo = self.deps.store.messages();
-        let me = self.deps.cluster.me();
-        if repo.claim(user, message, me, None).await? {
-            return Ok(());
-        }
-        // Held by another instance; taken over only if that one is dead.
-        let live = self.deps.cluster.live().await?;
-        if repo.claim(user, message, me, Some(&live)).await? {
-            return Ok(());
-        }
-        tracing::info!(%message, "the message's calls are held by another instance");
-        Err(Error::HeldElsewhere)
     }
 
     async fn settle_orphan(
@@ -159,6 +241,52 @@ impl SupervisorState {
     }
 }
 
+/// Reads a message for its actor, claiming it for this instance when it exists.
+async fn load(deps: &ConfirmDeps, user: &UserId, message: Uuid, create: bool) -> Result<Loaded> {
+    let repo = deps.store.messages();
+    match repo.get(user, message).await? {
+        Some(_) => {
+            claim(deps, user, message).await?;
+            // Read again after the claim: now nobody else can change the records.
+            let stored = repo
+                .get(user, message)
+                .await?
+                .ok_or_else(|| Error::NotFound(Resource::Message, message.to_string()))?;
+            Ok(Loaded {
+                exists: true,
+                records: stored.tool_calls,
+                // A stored message's calls use its conversation's sessions.
+                scope: stored.conversation_id.map(|c| Arc::from(c.to_string())),
+            })
+        }
+        // Another user's message id answers exactly like a missing one. A new message
+        // is inserted with this instance as its owner.
+        None if create && !repo.exists(message).await? => Ok(Loaded {
+            exists: false,
+            records: Vec::new(),
+            scope: None,
+        }),
+        None => Err(Error::NotFound(Resource::Message, message.to_string())),
+    }
+}
+
+/// Makes this instance the writer of an existing message, unless a live other instance
+/// holds open calls of it.
+async fn claim(deps: &ConfirmDeps, user: &UserId, message: Uuid) -> Result<()> {
+    let repo = deps.store.messages();
+    let me = deps.cluster.me();
+    if repo.claim(user, message, me, None).await? {
+        return Ok(());
+    }
+    // Held by another instance; taken over only if that one is dead.
+    let live = deps.cluster.live().await?;
+    if repo.claim(user, message, me, Some(&live)).await? {
+        return Ok(());
+    }
+    tracing::info!(%message, "the message's calls are held by another instance");
+    Err(Error::HeldElsewhere)
+}
+
 impl Actor for ConfirmationSupervisor {
     type Msg = SupervisorMsg;
     type State = SupervisorState;
@@ -173,6 +301,7 @@ impl Actor for ConfirmationSupervisor {
             registry: args.registry,
             deps: args.deps,
             children: HashMap::new(),
+            opening: HashMap::new(),
         })
     }
 
@@ -188,9 +317,13 @@ impl Actor for ConfirmationSupervisor {
                 message,
                 create,
                 reply,
-            } => {
-                let _ = reply.send(state.open(&myself, user, message, create).await);
-            }
+            } => state.open(&myself, user, message, create, reply),
+            SupervisorMsg::Loaded {
+                user,
+                message,
+                create,
+                loaded,
+            } => state.loaded(&myself, user, message, create, loaded).await,
             SupervisorMsg::SettleOrphan {
                 user,
                 message,
@@ -219,8 +352,10 @@ impl Actor for ConfirmationSupervisor {
                 if let Some((user, message)) = state.children.remove(&cell.get_id()) {
                     state.registry.remove_if(message, cell.get_id());
                     tracing::error!(%message, %error, "confirmation actor crashed; restarting it from storage");
-                    if let Err(e) = state.open(&myself, user, message, false).await {
-                        tracing::error!(%message, error = %e, "could not restart a confirmation actor");
+                    // Read off this turn like any opening, with nobody waiting yet.
+                    if !state.opening.contains_key(&(user.clone(), message)) {
+                        state.opening.insert((user.clone(), message), Vec::new());
+                        state.start_loading(&myself, user, message, false);
                     }
                 }
             }

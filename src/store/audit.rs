@@ -36,6 +36,7 @@ impl AuditOutcome {
 }
 
 /// One audit row to write.
+#[derive(Clone)]
 pub struct AuditEntry {
     pub user_id: UserId,
     pub server_id: Option<Uuid>,

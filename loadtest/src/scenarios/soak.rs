@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Children, Refused, Service, child_processes, live_tasks, mib, rss_bytes, start_fixture_http,
+    Children, CutProxy, Refused, Service, child_processes, live_tasks, mib, rss_bytes,
+    start_fixture_http,
 };
 
 /// Seconds a soak server's calls may take; the `timeout` operation sleeps longer.
@@ -105,7 +106,13 @@ impl Operation {
     }
 }
 
-async fn perform(service: &Service, tenant: &Tenant, operation: Operation, n: usize) -> Result<()> {
+async fn perform(
+    service: &Service,
+    tenant: &Tenant,
+    operation: Operation,
+    n: usize,
+    approvals: &Approvals,
+) -> Result<()> {
     let user = tenant.user.as_str();
     let call = |server: &str, tool: &str, arguments: Value| {
         let path = format!("/api/mcp-servers/{server}/tools/{tool}/call");
@@ -138,12 +145,14 @@ async fn perform(service: &Service, tenant: &Tenant, operation: Operation, n: us
         Operation::Crash => call(&tenant.stdio, "crash", json!({})).await,
         Operation::ParkAndApprove => {
             let message = uuid::Uuid::new_v4();
+            // `tally` on the HTTP fixture (which the crash operation never stops) counts
+            // the call's executions under the message's id.
             let parked = service
                 .post(
                     &format!("/api/messages/{message}/tool-calls"),
                     user,
                     json!({"assistantId": "a1", "calls": [
-                        {"id": "c0", "name": "mcp__fx__add", "arguments": {"a": 1, "b": 2}}
+                        {"id": "c0", "name": "mcp__web__tally", "arguments": {"key": message.to_string()}}
                     ]}),
                 )
                 .await?;
@@ -151,16 +160,47 @@ async fn perform(service: &Service, tenant: &Tenant, operation: Operation, n: us
                 parked["toolCalls"][0]["status"] == "pending",
                 "not parked: {parked}"
             );
-            service
-                .post(
-                    &format!("/api/messages/{message}/tool-confirm"),
-                    user,
-                    json!({"toolCallId": "c0", "approved": true}),
-                )
-                .await?;
+            // As a client should: a 503 changed nothing, so the approval is sent again.
+            let retry_until = Instant::now() + Duration::from_secs(60);
+            loop {
+                let approved = service
+                    .post(
+                        &format!("/api/messages/{message}/tool-confirm"),
+                        user,
+                        json!({"toolCallId": "c0", "approved": true}),
+                    )
+                    .await;
+                match approved {
+                    Ok(_) => break,
+                    Err(e)
+                        if Instant::now() < retry_until
+                            && e.downcast_ref::<Refused>().is_some_and(|r| {
+                                r.status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                            }) =>
+                    {
+                        approvals.retried.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            approvals.approved.lock().expect("approved").push((
+                tenant.http.clone(),
+                user.to_owned(),
+                message,
+            ));
             Ok(())
         }
     }
+}
+
+/// The approvals the service acknowledged, checked at the end: each ran exactly once.
+#[derive(Default)]
+struct Approvals {
+    /// (the HTTP fixture's server id, user, message)
+    approved: Mutex<Vec<(String, String, uuid::Uuid)>>,
+    /// Approvals sent again after a 503.
+    retried: AtomicUsize,
 }
 
 /// The outcome's label: `ok`, the service's error code, or what else went wrong.
@@ -218,15 +258,63 @@ async fn live_connections(service: &Service) -> Result<u64> {
         .unwrap_or(0))
 }
 
+/// The database fault of `soak --cut-database`: PostgreSQL through a proxy the soak cuts.
+pub struct DatabaseCut {
+    /// A PostgreSQL server's URL (its admin database): the soak creates its own database.
+    pub server: String,
+    pub seconds: u64,
+}
+
+/// What the cut did: the operations that began during it by outcome, and how long after
+/// it the service was ready again.
+#[derive(Default)]
+struct CutReport {
+    during: BTreeMap<(&'static str, String), usize>,
+    window: Option<(Instant, Instant)>,
+    ready_after: Option<Duration>,
+}
+
+/// A fresh database on `server` reached through a [`CutProxy`].
+async fn proxied_database(server: &str) -> Result<(String, CutProxy)> {
+    use sea_orm::ConnectionTrait;
+    let admin = sea_orm::Database::connect(server).await?;
+    let name = format!("mcp_pool_soak_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+        .await?;
+    admin.close().await.ok();
+    let mut url = reqwest::Url::parse(server)?;
+    let host = url.host_str().unwrap_or("127.0.0.1").to_owned();
+    let target = tokio::net::lookup_host((host.as_str(), url.port().unwrap_or(5432)))
+        .await?
+        .next()
+        .context("the database server's address")?;
+    let proxy = CutProxy::start(target).await?;
+    url.set_port(Some(proxy.port))
+        .map_err(|()| anyhow::anyhow!("a port"))?;
+    url.set_path(&name);
+    Ok((url.to_string(), proxy))
+}
+
 pub async fn run(
     seconds: u64,
     users: usize,
     workers: usize,
     only: &[String],
+    cut: Option<DatabaseCut>,
     as_json: bool,
 ) -> Result<()> {
     let mix = Arc::new(Operation::mix(only)?);
-    let service = Arc::new(Service::start().await?);
+    let (service, proxy) = match &cut {
+        Some(cut) => {
+            let (url, proxy) = proxied_database(&cut.server).await?;
+            let service = Service::start_with(|s| s.database.url = url.into()).await?;
+            (Arc::new(service), Some(proxy))
+        }
+        None => (Arc::new(Service::start().await?), None),
+    };
+    let approvals = Arc::new(Approvals::default());
+    let cut_report = Arc::new(Mutex::new(CutReport::default()));
     service.add_fixture_preset().await?;
     let (http_child, http_base) = start_fixture_http().await?;
     let own: Vec<u32> = http_child.id().into_iter().collect();
@@ -252,7 +340,7 @@ pub async fn run(
                 json!({"name": "calc", "type": "embedded", "embedded": "calculator"}),
             )
             .await?;
-        service.bind(&user, "a1", &[&stdio]).await?;
+        service.bind(&user, "a1", &[&stdio, &http]).await?;
         tenants.push(Tenant {
             user,
             stdio,
@@ -270,27 +358,60 @@ pub async fn run(
     let stop_at = Instant::now() + Duration::from_secs(seconds);
     let mut handles = Vec::new();
     for _ in 0..workers {
-        let (service, tenants, outcomes, counter, mix) = (
+        let (service, tenants, outcomes, counter, mix, approvals, cut_report) = (
             service.clone(),
             tenants.clone(),
             outcomes.clone(),
             counter.clone(),
             mix.clone(),
+            approvals.clone(),
+            cut_report.clone(),
         );
         handles.push(tokio::spawn(async move {
             while Instant::now() < stop_at {
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let tenant = &tenants[n % tenants.len()];
                 let operation = Operation::nth(n, &mix);
-                let result = perform(&service, tenant, operation, n).await;
-                *outcomes
-                    .lock()
-                    .expect("outcomes")
-                    .entry((operation.name(), outcome(&result)))
-                    .or_default() += 1;
+                let began = Instant::now();
+                let result = perform(&service, tenant, operation, n, &approvals).await;
+                let key = (operation.name(), outcome(&result));
+                let mut report = cut_report.lock().expect("cut report");
+                if report
+                    .window
+                    .is_some_and(|(from, to)| began >= from && began < to)
+                {
+                    *report.during.entry(key.clone()).or_default() += 1;
+                }
+                drop(report);
+                *outcomes.lock().expect("outcomes").entry(key).or_default() += 1;
             }
         }));
     }
+    // The cut: a third of the way in, for `cut.seconds`; then how long until /readyz.
+    let cutter = match (&cut, proxy) {
+        (Some(cut), Some(proxy)) => {
+            let (service, cut_report, cut_for) = (
+                service.clone(),
+                cut_report.clone(),
+                Duration::from_secs(cut.seconds),
+            );
+            Some(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(seconds) / 3).await;
+                let from = Instant::now();
+                cut_report.lock().expect("cut report").window = Some((from, from + cut_for));
+                proxy.cut();
+                tokio::time::sleep(cut_for).await;
+                proxy.restore();
+                let restored = Instant::now();
+                while service.get("/readyz", "admin").await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                cut_report.lock().expect("cut report").ready_after = Some(restored.elapsed());
+                proxy
+            }))
+        }
+        _ => None,
+    };
     // Sample the children while the load runs: crashed ones must not pile up.
     let sampler = {
         let max_children = max_children.clone();
@@ -307,6 +428,11 @@ pub async fn run(
         handle.await?;
     }
     sampler.await?;
+    let _proxy = match cutter {
+        Some(cutter) => Some(cutter.await?),
+        None => None,
+    };
+    let checked = check_approvals(&service, &approvals).await?;
     let operations = counter.load(Ordering::Relaxed);
     let rss_after = rss_bytes();
     let under_load = live_connections(&service).await?;
@@ -346,7 +472,7 @@ pub async fn run(
     let task_slack = 3 * workers + 16;
     // Use every stdio server once more, then stop the service with them live.
     for tenant in tenants.iter() {
-        let _ = perform(&service, tenant, Operation::Echo, 0).await;
+        let _ = perform(&service, tenant, Operation::Echo, 0, &approvals).await;
     }
     let live_before_stop = child_processes("mcp-fixture", &own);
     drop(tenants);
@@ -383,6 +509,16 @@ pub async fn run(
                 "children_live_before_stop": live_before_stop.live,
                 "children_after_stop": {"live": children_after_stop.live, "zombies": children_after_stop.zombies},
                 "leaked": leaked,
+                "approvals": {"acknowledged": checked.acknowledged, "retried_after_503": approvals.retried.load(Ordering::Relaxed),
+                              "ran_once": checked.once, "ran_never": checked.never, "ran_more": checked.more, "lost": checked.lost},
+                "database_cut": cut.as_ref().map(|cut| {
+                    let report = cut_report.lock().expect("cut report");
+                    let during: Vec<Value> = report.during.iter()
+                        .map(|((operation, outcome), count)| json!({"operation": operation, "outcome": outcome, "count": count}))
+                        .collect();
+                    json!({"seconds": cut.seconds, "during": during,
+                           "ready_after_ms": report.ready_after.map(|d| d.as_millis())})
+                }),
             }))?
         );
     } else {
@@ -431,7 +567,89 @@ pub async fn run(
         for left in &left_after_close {
             println!("  left after closing: {left}");
         }
+        println!(
+            "  approvals acknowledged: {} ({} sent again after a 503): ran once {}, never {}, more than once {}; lost (acknowledged, then not found or never settled) {}",
+            checked.acknowledged,
+            approvals.retried.load(Ordering::Relaxed),
+            checked.once,
+            checked.never,
+            checked.more,
+            checked.lost
+        );
+        if let Some(cut) = &cut {
+            let report = cut_report.lock().expect("cut report");
+            println!(
+                "  database cut for {} s; ready again {} ms after it; operations begun during the cut:",
+                cut.seconds,
+                report.ready_after.map_or(-1, |d| d.as_millis() as i64)
+            );
+            for ((operation, outcome), count) in &report.during {
+                println!("    {operation:<20} {outcome:<28} {count:>8}");
+            }
+        }
     }
+    anyhow::ensure!(
+        checked.never + checked.more + checked.lost == 0,
+        "an acknowledged approval did not run exactly once, or was lost"
+    );
     anyhow::ensure!(!leaked, "the soak left actors or processes behind");
     Ok(())
+}
+
+struct ApprovalCheck {
+    acknowledged: usize,
+    once: usize,
+    never: usize,
+    more: usize,
+    lost: usize,
+}
+
+/// Every acknowledged approval: its message is there, its call settled, and the fixture
+/// counted exactly one execution of it.
+async fn check_approvals(service: &Service, approvals: &Approvals) -> Result<ApprovalCheck> {
+    let approved = std::mem::take(&mut *approvals.approved.lock().expect("approved"));
+    let mut check = ApprovalCheck {
+        acknowledged: approved.len(),
+        once: 0,
+        never: 0,
+        more: 0,
+        lost: 0,
+    };
+    for (server, user, message) in approved {
+        let settle_by = Instant::now() + Duration::from_secs(30);
+        let settled = loop {
+            match service
+                .get(&format!("/api/messages/{message}"), &user)
+                .await
+            {
+                Ok(m)
+                    if !matches!(
+                        m["toolCalls"][0]["status"].as_str(),
+                        Some("pending" | "invoking")
+                    ) =>
+                {
+                    break true;
+                }
+                _ if Instant::now() > settle_by => break false,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        if !settled {
+            check.lost += 1;
+            continue;
+        }
+        let peek = service
+            .post(
+                &format!("/api/mcp-servers/{server}/tools/tally/call"),
+                &user,
+                json!({"arguments": {"key": message.to_string(), "peek": true}}),
+            )
+            .await?;
+        match peek["content"][0]["text"].as_str() {
+            Some("1") => check.once += 1,
+            Some("0") => check.never += 1,
+            _ => check.more += 1,
+        }
+    }
+    Ok(check)
 }
