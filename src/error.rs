@@ -163,6 +163,18 @@ impl Error {
         Error::Validation(message.into())
     }
 
+    /// An error several callers share (one cache load's): theirs when there was one
+    /// caller, else one that keeps what a caller acts on (an outage stays a 503).
+    pub fn unshare(shared: std::sync::Arc<Error>) -> Error {
+        match std::sync::Arc::try_unwrap(shared) {
+            Ok(error) => error,
+            Err(shared) if shared.is_unavailable() => {
+                Error::Store(StoreError::unavailable(shared.to_string()))
+            }
+            Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
+        }
+    }
+
     /// The database could not take the request now (gone, restarting, full): the same
     /// request may succeed later.
     pub fn is_unavailable(&self) -> bool {

@@ -57,6 +57,13 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// An outage told in words (no database error to carry).
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        StoreError::Unavailable(DbErr::Custom(reason.into()))
+    }
+}
+
 impl From<DbErr> for StoreError {
     fn from(err: DbErr) -> Self {
         if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) {

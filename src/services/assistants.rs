@@ -46,10 +46,7 @@ async fn cached<V: Clone + Send + Sync + 'static, Load: Future<Output = Result<V
     }
     Box::pin(cache.try_get_with(key, load()))
         .await
-        .map_err(|e| match Arc::try_unwrap(e) {
-            Ok(error) => error,
-            Err(shared) => Error::Unexpected(anyhow::anyhow!("{shared}")),
-        })
+        .map_err(Error::unshare)
 }
 
 impl BindingCache {

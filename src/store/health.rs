@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sea_orm::{DatabaseConnection, DbErr};
+use sea_orm::DatabaseConnection;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::StoreError;
@@ -38,9 +38,9 @@ impl Health {
     /// `Err` while the last probe failed.
     pub(super) fn check(&self) -> Result<(), StoreError> {
         if self.down.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable(DbErr::Custom(
-                "the database did not answer its last probe".into(),
-            )));
+            return Err(StoreError::unavailable(
+                "the database did not answer its last probe",
+            ));
         }
         Ok(())
     }
