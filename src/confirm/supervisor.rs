@@ -353,8 +353,10 @@ impl Actor for ConfirmationSupervisor {
                     state.registry.remove_if(message, cell.get_id());
                     tracing::error!(%message, %error, "confirmation actor crashed; restarting it from storage");
                     // Read off this turn like any opening, with nobody waiting yet.
-                    if !state.opening.contains_key(&(user.clone(), message)) {
-                        state.opening.insert((user.clone(), message), Vec::new());
+                    if let std::collections::hash_map::Entry::Vacant(opening) =
+                        state.opening.entry((user.clone(), message))
+                    {
+                        opening.insert(Vec::new());
                         state.start_loading(&myself, user, message, false);
                     }
                 }
