@@ -46,7 +46,7 @@ async fn tools_of_every_bound_server_in_each_format() {
     let listed = names(&mcp.body, "/name");
     assert_eq!(
         listed.len(),
-        10 + 12,
+        11 + 13,
         "disabled tools are left out: {listed:?}"
     );
     assert!(
@@ -121,7 +121,7 @@ async fn names_stay_unique_when_server_names_sanitize_alike() {
         .user("u", Method::GET, "/api/assistants/a1/tools", None)
         .await;
     let mut listed = names(&reply.body, "/name");
-    assert_eq!(listed.len(), 24);
+    assert_eq!(listed.len(), 26);
     assert!(listed.iter().all(|n| {
         n.len() <= 63
             && n.chars()
@@ -164,7 +164,7 @@ async fn a_failing_server_is_reported_and_the_others_still_listed() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         reply.body["tools"].as_array().unwrap().len(),
-        12,
+        13,
         "only the good server's tools"
     );
     let unavailable = reply.body["unavailable"].as_array().unwrap();

@@ -249,7 +249,7 @@ async fn tools_list_changed_refreshes_the_cached_list() {
     let tools_path = format!("/api/mcp-servers/{server}/tools");
     let count = |body: &serde_json::Value| body["tools"].as_array().unwrap().len();
     let before = app.user("u", Method::GET, &tools_path, None).await;
-    assert_eq!(count(&before.body), 12);
+    assert_eq!(count(&before.body), 13);
     assert_eq!(
         app.call("u", &server, "extra", json!({})).await.code(),
         "TOOL_NOT_FOUND"
@@ -257,7 +257,7 @@ async fn tools_list_changed_refreshes_the_cached_list() {
 
     app.call("u", &server, "notify", json!({})).await;
     eventually("the new tool is listed", || async {
-        count(&app.user("u", Method::GET, &tools_path, None).await.body) == 13
+        count(&app.user("u", Method::GET, &tools_path, None).await.body) == 14
     })
     .await;
     assert_eq!(

@@ -18,7 +18,7 @@ async fn exercise_fixture(app: &TestApp, server: &str) {
     assert_eq!(connect.status, StatusCode::OK, "{}", connect.text);
     assert_eq!(connect.body["status"], "connected");
     assert_eq!(connect.body["serverInfo"]["name"], "mcp-fixture");
-    assert_eq!(connect.body["toolCount"], 12);
+    assert_eq!(connect.body["toolCount"], 13);
     assert!(connect.body["latencyMs"].as_f64().unwrap() > 0.0);
 
     let echo = app

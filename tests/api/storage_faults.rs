@@ -460,3 +460,114 @@ async fn a_database_outage_is_answered_at_once_and_an_approval_runs_once() {
         .count();
     assert_eq!(rows, 1, "one audit row for one execution: {}", audit.text);
 }
+
+/// One user request to a service process at `base` with the service key.
+async fn as_user(key: &str, method: Method, url: String, body: Option<serde_json::Value>) -> Reply {
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(key)
+        .header("X-User-Id", "u");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    crate::helpers::into_reply(request.send().await.expect("request sent")).await
+}
+
+/// The service SIGKILLed right after an approval was sent: after the restart each call
+/// ran at most once (the HTTP fixture, which outlives the service, counts), its record
+/// says whether it finished, and approving it again runs nothing.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_sigkill_mid_approval_runs_the_call_at_most_once() {
+    use secrecy::ExposeSecret;
+
+    let upstream = crate::upstreams::HttpUpstream::fixture(None).await;
+    let app = spawn_pool_app_with(|_| {}).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "web", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let key = app.service_key.clone();
+    let database_url = app.settings.database.url.expose_secret().to_owned();
+    let data = app.stop_keeping_data().await;
+    let data_dir = data.path().display().to_string();
+    let env = [
+        ("MCP_POOL__STORAGE__DATA_DIR", data_dir.as_str()),
+        ("DATABASE_URL", database_url.as_str()),
+        ("MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS", "true"),
+    ];
+    for delay_ms in [0u64, 1, 3, 10] {
+        let mut first = crate::logging::start_binary(&env).await;
+        let message = Uuid::new_v4().to_string();
+        let parked = as_user(
+            &key,
+            Method::POST,
+            format!("{}/api/messages/{message}/tool-calls", first.base),
+            Some(json!({"assistantId": "a1", "calls": [
+                {"id": "c1", "name": "mcp__web__tally", "arguments": {"key": message}}]})),
+        )
+        .await;
+        assert_eq!(parked.status, StatusCode::ACCEPTED, "{}", parked.text);
+        let approve = {
+            let (key, url) = (
+                key.clone(),
+                format!("{}/api/messages/{message}/tool-confirm", first.base),
+            );
+            // Its answer may never come: the service is killed under it.
+            tokio::spawn(async move {
+                let body = json!({"toolCallId": "c1", "approved": true});
+                let request = reqwest::Client::new().post(url).bearer_auth(key);
+                let _ = request.header("X-User-Id", "u").json(&body).send().await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        first.child.kill().await.expect("SIGKILL");
+        approve.abort();
+
+        let mut second = crate::logging::start_binary(&env).await;
+        let stored = as_user(
+            &key,
+            Method::GET,
+            format!("{}/api/messages/{message}", second.base),
+            None,
+        )
+        .await;
+        let status = stored.body["toolCalls"][0]["status"].clone();
+        let again = as_user(
+            &key,
+            Method::POST,
+            format!("{}/api/messages/{message}/tool-confirm", second.base),
+            Some(json!({"toolCallId": "c1", "approved": true})),
+        )
+        .await;
+        assert_eq!(
+            again.code(),
+            "TOOL_CALL_SETTLED",
+            "after {delay_ms} ms: {}",
+            again.text
+        );
+        let runs = as_user(
+            &key,
+            Method::POST,
+            format!("{}/api/mcp-servers/{server}/tools/tally/call", second.base),
+            Some(json!({"arguments": {"key": message, "peek": true}})),
+        )
+        .await;
+        let runs = crate::upstreams::text_of(&runs.body).to_owned();
+        match status.as_str() {
+            Some("done") => assert_eq!(runs, "1", "after {delay_ms} ms: done, ran once"),
+            // Never approved as far as the store knows: it must not have run.
+            Some("cancelled") => assert_eq!(runs, "0", "after {delay_ms} ms: cancelled yet ran"),
+            // Approved, then interrupted: it ran at most once.
+            Some("error") => assert!(runs == "0" || runs == "1", "after {delay_ms} ms: {runs}"),
+            other => panic!(
+                "after {delay_ms} ms: the call is left {other:?}: {}",
+                stored.text
+            ),
+        }
+        second.child.kill().await.expect("stopped");
+    }
+}
