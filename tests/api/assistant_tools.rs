@@ -129,7 +129,7 @@ async fn names_stay_unique_when_server_names_sanitize_alike() {
     }));
     listed.sort();
     listed.dedup();
-    assert_eq!(listed.len(), 24, "no two tools share a name");
+    assert_eq!(listed.len(), 26, "no two tools share a name");
 }
 
 #[tokio::test]
