@@ -333,7 +333,8 @@ impl McpPool for GrpcApi {
         &self,
         _request: Request<proto::HealthRequest>,
     ) -> Result<Response<proto::HealthResponse>, Status> {
-        let status = match self.services.store.ping().await {
+        let services = &self.services;
+        let status = match services.store.ready(services.cluster.me()).await {
             Ok(()) => "SERVING",
             Err(_) => "NOT_SERVING",
         };

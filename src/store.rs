@@ -163,6 +163,9 @@ impl Db {
     }
 }
 
+/// How long [`Store::ready`] waits for the database.
+const READY_WITHIN: Duration = Duration::from_secs(1);
+
 /// The URL the service actually connects to: the configured one, or the embedded SQLite
 /// file in the data directory.
 pub fn database_url(settings: &Settings) -> String {
@@ -270,17 +273,22 @@ impl Store {
         Ok(())
     }
 
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        self.db.reader()?.ping().await?;
-        self.db.writer()?.ping().await.map_err(StoreError::from)
-    }
-
-    /// Whether the database can be read and written now: a ping and a real write (this
-    /// instance's heartbeat), so a full disk or a read-only standby shows as well as a
-    /// server that is gone.
-    pub async fn probe(&self, me: crate::domain::InstanceId) -> Result<(), StoreError> {
-        self.ping().await?;
-        self.instances().beat(me).await.map(drop)
+    /// Whether the database can be read and written now, within [`READY_WITHIN`]: a read
+    /// and a real write (this instance's heartbeat), so a full disk or a read-only
+    /// standby shows as well as a server that is gone. Readiness over HTTP and gRPC.
+    pub async fn ready(&self, me: crate::domain::InstanceId) -> Result<(), StoreError> {
+        let probe = async {
+            self.db.reader()?.ping().await?;
+            self.instances().beat(me).await.map(drop)
+        };
+        tokio::time::timeout(READY_WITHIN, probe)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::unavailable(format!(
+                    "no answer within {} ms",
+                    READY_WITHIN.as_millis()
+                )))
+            })
     }
 
     pub async fn close(self) {

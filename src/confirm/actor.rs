@@ -251,9 +251,22 @@ impl ActorState {
         response: Value,
         is_error: bool,
     ) -> Result<()> {
-        if indices.is_empty() {
+        self.try_settle(indices, status, response, is_error)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`Self::settle`], handing `response` back with the error when the write failed.
+    async fn try_settle(
+        &mut self,
+        indices: &[usize],
+        status: ToolCallStatus,
+        response: Value,
+        is_error: bool,
+    ) -> std::result::Result<(), (Error, Value)> {
+        let Some(&last) = indices.last() else {
             return Ok(());
-        }
+        };
         let previous: Vec<ToolCallRecord> =
             indices.iter().map(|&i| self.records[i].clone()).collect();
         // The last record takes `response` itself: a single settle copies no result.
@@ -267,10 +280,11 @@ impl ActorState {
             record.is_error = is_error;
         }
         if let Err(e) = self.persist(indices).await {
+            let response = std::mem::take(&mut self.records[last].response);
             for (&index, record) in indices.iter().zip(previous) {
                 self.records[index] = record;
             }
-            return Err(e);
+            return Err((e, response));
         }
         for &index in indices {
             self.announce(&self.records[index]);
@@ -292,31 +306,17 @@ impl ActorState {
             error_code,
             latency,
         } = outcome;
-        let record = &mut self.records[index];
-        record.status = status;
-        record.response = response;
-        record.is_error = is_error;
-        match self.persist(&[index]).await {
-            Ok(()) => {
-                self.announce(&self.records[index]);
-                Ok(())
-            }
-            Err(error) => {
-                let record = &mut self.records[index];
-                record.status = ToolCallStatus::Invoking;
-                record.is_error = false;
-                let response = std::mem::take(&mut record.response);
-                Err((
-                    error,
-                    ExecOutcome {
-                        response,
-                        is_error,
-                        error_code,
-                        latency,
-                    },
-                ))
-            }
-        }
+        self.try_settle(&[index], status, response, is_error)
+            .await
+            .map_err(|(error, response)| {
+                let outcome = ExecOutcome {
+                    response,
+                    is_error,
+                    error_code,
+                    latency,
+                };
+                (error, outcome)
+            })
     }
 
     /// Brings the shared parked-call count in line with this message's records.

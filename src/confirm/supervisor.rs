@@ -125,17 +125,16 @@ impl SupervisorState {
         create: bool,
         loaded: Result<Loaded>,
     ) {
-        let mut waiting = self
+        let waiting = self
             .opening
             .remove(&(user.clone(), message))
-            .unwrap_or_default()
-            .into_iter();
+            .unwrap_or_default();
         let spawned = match loaded {
             Ok(loaded) => self.spawn(myself, user.clone(), message, loaded).await,
             Err(e) => Err(e),
         };
         if let Err(e) = &spawned
-            && waiting.len() == 0
+            && waiting.is_empty()
         {
             tracing::error!(%message, error = %e, "could not restart a confirmation actor");
         }
@@ -149,7 +148,7 @@ impl SupervisorState {
                 // The error goes to the first caller whose question was read; the others
                 // ask again (one that may create the message, or after a passing fault).
                 let mut error = Some(error);
-                for (wants_create, reply) in waiting.by_ref() {
+                for (wants_create, reply) in waiting {
                     match error.take() {
                         Some(e) if wants_create == create => {
                             let _ = reply.send(Err(e));
