@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, spawn_pool_app_with};
+use crate::helpers::{TestApp, as_user, spawn_pool_app_with};
 use crate::logging::Binary;
 use crate::upstreams::eventually;
 
@@ -132,24 +132,6 @@ async fn the_calls_of_a_crashed_instance_are_settled_by_a_live_one() {
     assert_eq!(late.code(), "TOOL_CALL_SETTLED");
 }
 
-/// `method` on `base` as user `u` with the service key: (status, body).
-async fn as_user(
-    key: &str,
-    method: Method,
-    url: String,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = reqwest::Client::new()
-        .request(method, url)
-        .bearer_auth(key)
-        .header("X-User-Id", "u");
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let reply = request.send().await.unwrap();
-    (reply.status(), reply.json().await.unwrap_or(Value::Null))
-}
-
 /// A process killed on this host is known dead by the next one on its data directory
 /// the moment that one starts (it held a lock there that died with it): the heartbeat
 /// timeout (a minute here) plays no part, and the calls are settled before it serves.
@@ -159,44 +141,41 @@ async fn a_restarted_instance_settles_the_calls_of_its_killed_predecessor_at_onc
     let long_ttl = |settings: &mut mcp_pool::Settings| settings.cluster.instance_ttl_secs = 60;
     let app = spawn_pool_app_with(long_ttl).await;
     setup(&app).await;
-    let key = app.service_key.clone();
-    let database_url = app.settings.database.url.expose_secret().to_owned();
-    let data = app.stop_keeping_data().await;
-    let data_dir = data.path().display().to_string();
-    let env = [
-        ("MCP_POOL__STORAGE__DATA_DIR", data_dir.as_str()),
-        ("DATABASE_URL", database_url.as_str()),
-        ("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "60"),
-    ];
+    let binary = app
+        .stop_for_binary(&[("MCP_POOL__CLUSTER__INSTANCE_TTL_SECS", "60")])
+        .await;
+    let (key, env) = (&binary.service_key, binary.vars());
     let mut first = crate::logging::start_binary(&env).await;
-    let message = park_add_with(&key, &first.base).await;
+    let message = park_add_with(key, &first.base).await;
     first.child.kill().await.unwrap();
 
     let second = crate::logging::start_binary(&env).await;
-    let (_, stored) = as_user(
-        &key,
+    let stored = as_user(
+        key,
         Method::GET,
         format!("{}/api/messages/{message}", second.base),
         None,
     )
-    .await;
+    .await
+    .body;
     let call = &stored["toolCalls"][0];
     assert_eq!(call["status"], "cancelled", "{stored}");
     assert_eq!(
         call["response"],
         "interrupted: the service instance holding this call stopped"
     );
-    let (status, late) = as_user(
-        &key,
+    let late = as_user(
+        key,
         Method::POST,
         format!("{}/api/messages/{message}/tool-confirm", second.base),
         Some(json!({"toolCallId": "c1", "approved": true})),
     )
     .await;
     assert_eq!(
-        (status, late["error"]["code"].as_str()),
+        (late.status, late.body["error"]["code"].as_str()),
         (StatusCode::CONFLICT, Some("TOOL_CALL_SETTLED")),
-        "{late}"
+        "{}",
+        late.body
     );
 }
 

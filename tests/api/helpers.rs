@@ -383,6 +383,74 @@ impl TestApp {
     }
 }
 
+/// What the real binary needs to start on a stopped [`TestApp`]'s database and data.
+pub struct BinaryEnv {
+    pub service_key: String,
+    /// The data directory, kept as long as this lives.
+    _data: TempDir,
+    vars: Vec<(String, String)>,
+}
+
+impl BinaryEnv {
+    /// The environment for [`crate::logging::start_binary`].
+    pub fn vars(&self) -> Vec<(&str, &str)> {
+        self.vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+}
+
+impl TestApp {
+    /// Stops the service as SIGTERM would, for the binary to start on the same database
+    /// and data directory with `extra` settings (`MCP_POOL__…` variables).
+    pub async fn stop_for_binary(self, extra: &[(&str, &str)]) -> BinaryEnv {
+        use secrecy::ExposeSecret;
+        let service_key = self.service_key.clone();
+        let database_url = self.settings.database.url.expose_secret().to_owned();
+        let data = self.stop_keeping_data().await;
+        let mut vars = vec![
+            (
+                "MCP_POOL__STORAGE__DATA_DIR".to_owned(),
+                data.path().display().to_string(),
+            ),
+            ("DATABASE_URL".to_owned(), database_url),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        BinaryEnv {
+            service_key,
+            _data: data,
+            vars,
+        }
+    }
+
+    /// The record of call `call` of user `u`'s message (null when it has none).
+    pub async fn call_record(&self, message: &str, call: &str) -> Value {
+        let reply = self
+            .user("u", Method::GET, &format!("/api/messages/{message}"), None)
+            .await;
+        reply.body["toolCalls"]
+            .as_array()
+            .unwrap_or_else(|| panic!("message {message}: {}", reply.text))
+            .iter()
+            .find(|r| r["id"] == call)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// A request of user `u` with `key` to any URL (a service process of its own).
+pub async fn as_user(key: &str, method: Method, url: String, body: Option<Value>) -> Reply {
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(key)
+        .header("X-User-Id", "u");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    into_reply(request.send().await.expect("request sent")).await
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();

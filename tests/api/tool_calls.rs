@@ -43,19 +43,6 @@ async fn park_add(app: &TestApp, message: &str) {
     );
 }
 
-async fn record(app: &TestApp, message: &str, call: &str) -> Value {
-    let reply = app
-        .user("u", Method::GET, &format!("/api/messages/{message}"), None)
-        .await;
-    reply.body["toolCalls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == call)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
 #[tokio::test]
 async fn auto_approved_calls_run_at_once_and_are_stored() {
     let app = spawn_pool_app().await;
@@ -77,7 +64,7 @@ async fn auto_approved_calls_run_at_once_and_are_stored() {
     assert_eq!(call["serverName"], "fx");
     assert_eq!(call["toolName"], "echo");
     assert_eq!(call["displayName"], "mcp__fx__echo");
-    let stored = record(&app, &message, "c1").await;
+    let stored = app.call_record(&message, "c1").await;
     assert_eq!(
         &stored, call,
         "GET /api/messages/{{id}} returns the stored record"
@@ -111,11 +98,11 @@ async fn parked_calls_wait_for_approval_or_rejection() {
         "string arguments are parsed"
     );
     eventually("the auto-approved call is done", || async {
-        record(&app, &message, "echo").await["status"] == "done"
+        app.call_record(&message, "echo").await["status"] == "done"
     })
     .await;
     assert_eq!(
-        record(&app, &message, "add").await["status"],
+        app.call_record(&message, "add").await["status"],
         "pending",
         "calls settle independently"
     );
@@ -127,11 +114,11 @@ async fn parked_calls_wait_for_approval_or_rejection() {
         Some("invoking" | "done")
     ));
     eventually("the approved call is done", || async {
-        record(&app, &message, "add").await["status"] == "done"
+        app.call_record(&message, "add").await["status"] == "done"
     })
     .await;
     assert_eq!(
-        record(&app, &message, "add").await["response"][0]["text"],
+        app.call_record(&message, "add").await["response"][0]["text"],
         "5"
     );
 
@@ -211,7 +198,7 @@ async fn of_concurrent_approvals_exactly_one_wins() {
         "{statuses:?}"
     );
     eventually("it ran once", || async {
-        record(&app, &message, "c1").await["status"] == "done"
+        app.call_record(&message, "c1").await["status"] == "done"
     })
     .await;
     assert_eq!(app.raw_column("audit_log", "tool_name").await.len(), 1);
@@ -341,7 +328,7 @@ async fn another_users_message_is_not_found() {
     .await;
     assert_eq!(hijack.status, StatusCode::NOT_FOUND, "{}", hijack.text);
     assert_eq!(
-        record(&app, &message, "c1").await["status"],
+        app.call_record(&message, "c1").await["status"],
         "pending",
         "untouched"
     );
@@ -354,7 +341,7 @@ async fn a_stop_cancels_parked_calls_with_a_reason() {
     let message = Uuid::new_v4().to_string();
     park_add(&app, &message).await;
     let app = app.restart().await;
-    let call = record(&app, &message, "c1").await;
+    let call = app.call_record(&message, "c1").await;
     assert_eq!(call["status"], "cancelled");
     assert_eq!(
         call["response"],
