@@ -127,6 +127,8 @@ fn is_outage(err: &DbErr) -> bool {
 pub struct Store {
     db: Db,
     cipher: Arc<Cipher>,
+    /// The SQLite file's directory, whose free space readiness looks at.
+    sqlite_dir: Option<Arc<Path>>,
 }
 
 /// Where repositories read and where they write. On an SQLite file every write goes
@@ -165,6 +167,20 @@ impl Db {
 
 /// How long [`Store::ready`] waits for the database.
 const READY_WITHIN: Duration = Duration::from_secs(1);
+
+/// Free space below which an SQLite file's disk counts as full for readiness.
+const MIN_FREE_BYTES: u64 = 1 << 20;
+
+/// The bytes an unprivileged writer may still use on `dir`'s filesystem.
+fn free_bytes(dir: &Path) -> Result<u64, StoreError> {
+    let stats = nix::sys::statvfs::statvfs(dir).map_err(|e| {
+        StoreError::unavailable(format!(
+            "cannot read the free space of {}: {e}",
+            dir.display()
+        ))
+    })?;
+    Ok(stats.blocks_available() as u64 * stats.fragment_size() as u64)
+}
 
 /// The URL the service actually connects to: the configured one, or the embedded SQLite
 /// file in the data directory.
@@ -255,7 +271,15 @@ impl Store {
                 write: db,
             }
         };
-        Ok(Self { db, cipher })
+        let sqlite_dir = is_sqlite
+            .then(|| sqlite_file_dir(&url))
+            .flatten()
+            .map(Arc::from);
+        Ok(Self {
+            db,
+            cipher,
+            sqlite_dir,
+        })
     }
 
     /// Brings the schema up to date, then seals what older versions stored in clear.
@@ -277,6 +301,16 @@ impl Store {
     /// and a real write (this instance's heartbeat), so a full disk or a read-only
     /// standby shows as well as a server that is gone. Readiness over HTTP and gRPC.
     pub async fn ready(&self, me: crate::domain::InstanceId) -> Result<(), StoreError> {
+        // A small write may still fit in the WAL's pages on a disk that has no room for
+        // anything larger: the free space tells.
+        if let Some(dir) = &self.sqlite_dir {
+            let free = free_bytes(dir)?;
+            if free < MIN_FREE_BYTES {
+                return Err(StoreError::unavailable(format!(
+                    "the disk holding the database has {free} bytes free"
+                )));
+            }
+        }
         let probe = async {
             self.db.reader()?.ping().await?;
             self.instances().beat(me).await.map(drop)

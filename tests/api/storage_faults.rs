@@ -191,6 +191,15 @@ async fn a_full_disk_refuses_writes_and_loses_nothing_it_acknowledged() {
     assert_eq!(park(&app, &warm, 10).await.status, StatusCode::ACCEPTED);
 
     let filler = disk.fill();
+    // Before any write has failed: a heartbeat may still fit in the log's pages, but
+    // nothing larger does.
+    let ready = app.send(Method::GET, "/readyz", None, None, None).await;
+    assert_eq!(
+        ready.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "/readyz on a full disk: {}",
+        ready.text
+    );
     let mut acked = Acknowledged {
         messages: vec![warm],
         servers: Vec::new(),
