@@ -5,6 +5,10 @@
 //! the service itself (in-process on a temporary SQLite database, or `--external` as its
 //! own `mcp-pool serve` process) and, for `chat`, a scripted LLM.
 
+// Test and load clients dial what they are told: the outbound-client rule (clippy.toml)
+// is for the service.
+#![allow(clippy::disallowed_methods)]
+
 mod harness;
 mod scenarios;
 

@@ -11,16 +11,14 @@
 //! last session does. Plain `http` never becomes HTTP/2 (no ALPN), so those sessions share
 //! one client, whose idle HTTP/1.1 connections serve any of them.
 //!
-//! The TLS configuration, with its root store (~250 KiB once loaded), is built once and
-//! shared by every client.
+//! Every client comes from the [`Dialer`], which holds the TLS configuration (its root
+//! store, ~250 KiB once loaded, built once) and applies the URL policy to every dial.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
-
-use crate::security::{GuardedResolver, UrlPolicy};
+use crate::security::{Dialer, Redirects, UrlPolicy};
 
 /// Hands out HTTP clients: one shared for `http`, and for `https` each to at most
 /// `sessions_per_client` sessions at once.
@@ -30,9 +28,7 @@ pub struct UpstreamHttp {
 }
 
 struct Groups {
-    tls: rustls::ClientConfig,
-    connect_timeout: Duration,
-    policy: Arc<UrlPolicy>,
+    dialer: Dialer,
     sessions_per_client: usize,
     clients: Mutex<GroupClients>,
 }
@@ -91,14 +87,8 @@ impl UpstreamHttp {
         sessions_per_client: usize,
         extra_ca_file: Option<&Path>,
     ) -> anyhow::Result<Self> {
-        let extra_roots = match extra_ca_file {
-            Some(path) => read_certificates(path)?,
-            None => Vec::new(),
-        };
         let groups = Groups {
-            tls: tls_config(extra_roots)?,
-            connect_timeout,
-            policy,
+            dialer: Dialer::new(policy, connect_timeout, extra_ca_file)?,
             sessions_per_client: sessions_per_client.max(1),
             clients: Mutex::default(),
         };
@@ -160,14 +150,14 @@ impl UpstreamHttp {
         )
     }
 
-    /// A builder for other clients that dial user-chosen URLs (OAuth): the same TLS
-    /// configuration (extra CA included), resolver and connect timeout.
-    pub fn client_builder(&self) -> reqwest::ClientBuilder {
-        self.groups.builder()
+    /// The dialer, for other clients that dial user-chosen URLs (OAuth): the same TLS
+    /// configuration (extra CA included) and policy.
+    pub fn dialer(&self) -> &Dialer {
+        &self.groups.dialer
     }
 
     pub fn url_policy(&self) -> &Arc<UrlPolicy> {
-        &self.groups.policy
+        self.groups.dialer.policy()
     }
 
     /// How many `https` group clients exist (each with its own connections).
@@ -181,59 +171,10 @@ impl Groups {
         self.clients.lock().expect("upstream http clients lock")
     }
 
-    fn builder(&self) -> reqwest::ClientBuilder {
-        reqwest::Client::builder()
-            .tls_backend_preconfigured(self.tls.clone())
-            .connect_timeout(self.connect_timeout)
-            // Every address dialled comes from the URL policy's resolver, so no name can
-            // lead to an address the policy refuses.
-            .dns_resolver(GuardedResolver(self.policy.clone()))
-    }
-
     fn build(&self) -> reqwest::Client {
-        self.builder()
-            // The URL was checked by the URL policy; a redirect would bypass that check.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("a reqwest client with a rustls configuration builds")
+        // The URL was checked by the URL policy; a redirect would lead elsewhere.
+        self.dialer.client(Redirects::Never, None)
     }
-}
-
-/// What reqwest builds for itself (the platform's roots through rustls-platform-verifier),
-/// plus the extra roots, offering HTTP/2 and HTTP/1.1 by ALPN.
-fn tls_config(
-    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
-) -> anyhow::Result<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier = if extra_roots.is_empty() {
-        rustls_platform_verifier::Verifier::new(provider.clone())
-    } else {
-        rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots, provider.clone())
-    }
-    .context("the TLS certificate verifier")?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("the TLS protocol versions")?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(tls)
-}
-
-fn read_certificates(
-    path: &Path,
-) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    use rustls::pki_types::pem::PemObject;
-    let certificates = rustls::pki_types::CertificateDer::pem_file_iter(path)
-        .and_then(|certificates| certificates.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("security.extra_ca_file {}", path.display()))?;
-    anyhow::ensure!(
-        !certificates.is_empty(),
-        "security.extra_ca_file {} holds no PEM certificate",
-        path.display()
-    );
-    Ok(certificates)
 }
 
 #[cfg(test)]

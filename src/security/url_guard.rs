@@ -158,10 +158,12 @@ impl std::fmt::Debug for LookupOverride {
 /// A dial refused by the policy: the address a name resolved to, or a literal, is one the
 /// service does not reach.
 #[derive(Debug, thiserror::Error)]
-#[error("'{host}' resolves to {what}, which this service does not allow")]
+#[error("'{host}' {} {what}, which this service does not allow", verb(*.literal))]
 pub struct AddressRefused {
     pub host: String,
     what: &'static str,
+    /// The host is the address itself (an IP literal, or the peer of a connection).
+    literal: bool,
 }
 
 #[derive(Clone)]
@@ -169,8 +171,18 @@ pub struct UrlPolicy {
     allow_loopback: bool,
     allow_private: bool,
     allowed_hosts: HashSet<String>,
+    /// Addresses the names in `allowed_hosts` resolved to: a connection to one of them is
+    /// a connection to a host the operator allowed, whatever class the address is.
+    approved: Arc<std::sync::Mutex<HashSet<IpAddr>>>,
     lookup: Arc<dyn NameLookup>,
 }
+
+fn verb(literal: bool) -> &'static str {
+    if literal { "is" } else { "resolves to" }
+}
+
+/// Bounds `approved` (names the operator listed resolve to few addresses).
+const MAX_APPROVED: usize = 4096;
 
 impl std::fmt::Debug for UrlPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -182,12 +194,18 @@ impl std::fmt::Debug for UrlPolicy {
     }
 }
 
-/// A host as the policy compares it: lower case, no trailing dot, no IPv6 brackets.
+/// A host as the policy compares it: lower case, no trailing dot, no IPv6 brackets, an IP
+/// address in its one canonical spelling.
 fn normalize_host(host: &str) -> String {
-    host.trim()
+    let host = host
+        .trim()
         .trim_matches(['[', ']'])
         .trim_end_matches('.')
-        .to_ascii_lowercase()
+        .to_ascii_lowercase();
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => host,
+    }
 }
 
 impl UrlPolicy {
@@ -200,6 +218,7 @@ impl UrlPolicy {
                 .iter()
                 .map(|h| normalize_host(h))
                 .collect(),
+            approved: Arc::default(),
             lookup: settings
                 .name_lookup
                 .0
@@ -240,14 +259,16 @@ impl UrlPolicy {
     /// address. Any refused address refuses the whole name.
     pub async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, ResolveError> {
         let host = normalize_host(host);
+        let literal = host.parse::<IpAddr>().ok();
         let refused = |class: AddressClass| {
             ResolveError::Refused(AddressRefused {
                 host: host.clone(),
                 what: class.describe(),
+                literal: literal.is_some(),
             })
         };
         let listed = self.allowed_hosts.contains(&host);
-        if let Ok(ip) = host.parse::<IpAddr>() {
+        if let Some(ip) = literal {
             return match self.refused_class(ip) {
                 Some(class) if !listed => Err(refused(class)),
                 _ => Ok(vec![ip]),
@@ -268,7 +289,13 @@ impl UrlPolicy {
                 ))
             })?
             .map_err(ResolveError::Lookup)?;
-        if !listed {
+        if listed {
+            let mut approved = self.approved.lock().expect("approved addresses lock");
+            if approved.len() + addresses.len() > MAX_APPROVED {
+                approved.clear();
+            }
+            approved.extend(addresses.iter().copied());
+        } else {
             for ip in &addresses {
                 if let Some(class) = self.refused_class(*ip) {
                     return Err(refused(class));
@@ -276,6 +303,30 @@ impl UrlPolicy {
             }
         }
         Ok(addresses)
+    }
+
+    /// Whether a connection to `ip` may be used: an address the policy allows, one listed
+    /// in `allowed_url_hosts`, or one a listed name resolved to. What [`super::Dialer`]'s
+    /// clients check on every connection they open, literal host or resolved name.
+    pub fn admits(&self, ip: IpAddr) -> Result<(), AddressRefused> {
+        let Some(class) = self.refused_class(ip) else {
+            return Ok(());
+        };
+        let host = ip.to_string();
+        if self.allowed_hosts.contains(&host)
+            || self
+                .approved
+                .lock()
+                .expect("approved addresses lock")
+                .contains(&ip)
+        {
+            return Ok(());
+        }
+        Err(AddressRefused {
+            host,
+            what: class.describe(),
+            literal: true,
+        })
     }
 
     /// Parses a user-supplied URL and applies the policy; the error says what was refused.
@@ -315,6 +366,41 @@ impl UrlPolicy {
 }
 
 impl UrlPolicy {
+    /// A URL the service hands a person to open (an authorization URL, a URL-mode
+    /// elicitation): `https`, or `http` on a loopback host where the policy allows
+    /// loopback (or lists that host). Never `javascript:`, `data:` or any other scheme a browser would run or
+    /// render instead of visit, and never plain `http` across a network.
+    pub fn check_for_person(&self, raw: &str, field: &str) -> Result<Url, Error> {
+        let url = Url::parse(raw.trim())
+            .map_err(|e| Error::UrlNotAllowed(format!("{field} is not a valid URL: {e}")))?;
+        let loopback = match url.host() {
+            Some(Host::Domain(d)) => {
+                Self::fixed_class(&normalize_host(d)) == Some(AddressClass::Loopback)
+            }
+            Some(Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        match url.scheme() {
+            "https" if url.host().is_some() => Ok(url),
+            "http"
+                if loopback
+                    && (self.allow_loopback
+                        || self
+                            .allowed_hosts
+                            .contains(&normalize_host(url.host_str().unwrap_or_default()))) =>
+            {
+                Ok(url)
+            }
+            "http" => Err(Error::UrlNotAllowed(format!(
+                "{field} must use https (plain http only on loopback, where loopback is allowed)"
+            ))),
+            scheme => Err(Error::UrlNotAllowed(format!(
+                "{field} must be an https URL, not {scheme}:"
+            ))),
+        }
+    }
+
     /// A TCP connection to `url`'s host and port through [`Self::resolve`]: for clients
     /// that dial themselves (the Xiaozhi WebSocket), so they obey the policy as the HTTP
     /// clients do. Tries each allowed address in turn.
@@ -344,10 +430,10 @@ pub enum ResolveError {
     Lookup(std::io::Error),
 }
 
-/// The resolver of every HTTP client that dials a user-chosen URL (MCP streamable HTTP,
-/// legacy SSE): reqwest asks it for each new connection, and it answers only with
-/// addresses the policy allows. IP-literal URLs never reach a resolver; they are checked
-/// when the URL is saved and again when the connection's runtime is built.
+/// The resolver of every HTTP client that dials a user-chosen URL ([`super::Dialer`]):
+/// reqwest asks it for each new connection, and it answers only with addresses the policy
+/// allows. IP-literal URLs never reach a resolver; the dialer checks the address of every
+/// connection it opens for them.
 pub struct GuardedResolver(pub Arc<UrlPolicy>);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -528,5 +614,121 @@ mod tests {
         let listed = policy(false, false, &["169.254.169.254", "internal.example"]);
         assert!(listed.check("http://169.254.169.254/").await.is_ok());
         assert!(listed.check("http://INTERNAL.example/mcp").await.is_ok());
+    }
+
+    mod spellings {
+        //! Every spelling of a forbidden address a URL can carry, against what the dialer
+        //! applies to each request and redirect hop (`literal_host` + `admits`) and what a
+        //! saved URL passes (`check`).
+        use super::*;
+        use crate::security::dialer::literal_host;
+        use proptest::prelude::*;
+
+        /// A forbidden IPv4 address: loopback, private, link-local, CGNAT, "this network",
+        /// cloud metadata.
+        fn forbidden_v4() -> impl Strategy<Value = Ipv4Addr> {
+            prop_oneof![
+                any::<[u8; 3]>().prop_map(|[b, c, d]| Ipv4Addr::new(127, b, c, d)),
+                any::<[u8; 3]>().prop_map(|[b, c, d]| Ipv4Addr::new(10, b, c, d)),
+                (16u8..32, any::<[u8; 2]>()).prop_map(|(b, [c, d])| Ipv4Addr::new(172, b, c, d)),
+                any::<[u8; 2]>().prop_map(|[c, d]| Ipv4Addr::new(192, 168, c, d)),
+                any::<[u8; 2]>().prop_map(|[c, d]| Ipv4Addr::new(169, 254, c, d)),
+                (64u8..128, any::<[u8; 2]>()).prop_map(|(b, [c, d])| Ipv4Addr::new(100, b, c, d)),
+                any::<[u8; 3]>().prop_map(|[b, c, d]| Ipv4Addr::new(0, b, c, d)),
+            ]
+        }
+
+        /// The host part of a URL naming `ip`, in spelling number `form`.
+        fn spell(ip: Ipv4Addr, form: u8) -> String {
+            let [a, b, c, d] = ip.octets();
+            let n = u32::from(ip);
+            match form % 10 {
+                0 => ip.to_string(),
+                1 => n.to_string(),
+                2 => format!("0x{n:x}"),
+                3 => format!("0{a:o}.0{b:o}.0{c:o}.0{d:o}"),
+                4 => format!("{a}.{}", n & 0x00ff_ffff),
+                5 => format!("{ip}."),
+                6 => format!("[::ffff:{ip}]"),
+                7 => format!("[::ffff:{:x}:{:x}]", n >> 16, n & 0xffff),
+                8 => format!("[64:ff9b::{ip}]"),
+                _ => format!("[2002:{:x}:{:x}::1]", n >> 16, n & 0xffff),
+            }
+        }
+
+        fn strict() -> UrlPolicy {
+            policy(false, false, &[])
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn no_spelling_of_a_forbidden_address_is_dialled(
+                ip in forbidden_v4(),
+                form in any::<u8>(),
+                userinfo in prop::option::of("[a-z]{1,8}(:[a-z]{1,8})?@"),
+                port in prop::option::of(1u16..),
+                path in "(/[a-z0-9]{0,8}){0,3}",
+                scheme in prop::sample::select(vec!["http", "https"]),
+            ) {
+                let raw = format!(
+                    "{scheme}://{}{}{}{path}",
+                    userinfo.unwrap_or_default(),
+                    spell(ip, form),
+                    port.map(|p| format!(":{p}")).unwrap_or_default(),
+                );
+                let Ok(url) = Url::parse(&raw) else {
+                    // Nothing is dialled for a URL that does not parse.
+                    return Ok(());
+                };
+                let literal = literal_host(&url);
+                prop_assert!(literal.is_some(), "{raw} parsed as a name: {url}");
+                let literal = literal.unwrap();
+                prop_assert!(strict().admits(literal).is_err(), "{raw} -> {literal} admitted");
+                let saved = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap()
+                    .block_on(strict().check(&raw));
+                prop_assert!(saved.is_err(), "{raw} saved");
+            }
+
+            #[test]
+            fn internationalized_spellings_of_loopback_names_are_refused(
+                label in "[a-z]{1,10}",
+                fullwidth in any::<bool>(),
+                upper in any::<bool>(),
+            ) {
+                let mut host = format!("{label}.localhost");
+                if upper {
+                    host = host.to_uppercase();
+                }
+                if fullwidth {
+                    // U+FF41.. : IDNA maps fullwidth letters to ASCII.
+                    host = host
+                        .chars()
+                        .map(|c| match c {
+                            'a'..='z' => char::from_u32(c as u32 - 'a' as u32 + 0xff41).unwrap(),
+                            'A'..='Z' => char::from_u32(c as u32 - 'A' as u32 + 0xff21).unwrap(),
+                            other => other,
+                        })
+                        .collect();
+                }
+                let raw = format!("http://{host}/mcp");
+                let saved = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(strict().check(&raw));
+                prop_assert!(saved.is_err(), "{raw} saved");
+            }
+
+            #[test]
+            fn allowed_public_addresses_are_admitted(a in 1u8..=9, b: u8, c: u8, d: u8) {
+                // 1.0.0.0 - 9.255.255.255: public unicast.
+                let ip = IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+                prop_assert!(strict().admits(ip).is_ok(), "{ip}");
+            }
+        }
     }
 }

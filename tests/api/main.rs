@@ -1,5 +1,9 @@
 //! Integration tests: the real service over HTTP, one test binary.
 
+// Test and load clients dial what they are told: the outbound-client rule (clippy.toml)
+// is for the service.
+#![allow(clippy::disallowed_methods)]
+
 mod assistant_tools;
 mod assistants;
 mod auth;
@@ -18,6 +22,7 @@ mod global_servers;
 mod grpc;
 mod health;
 mod helpers;
+mod hostile_servers;
 mod http2_upstreams;
 mod isolation;
 mod keys;
@@ -29,6 +34,7 @@ mod oauth;
 mod oauth_fixture;
 mod oauth_sdk_as;
 mod openapi;
+mod outbound;
 mod persistence;
 mod pool_faults;
 mod pool_transports;
