@@ -45,6 +45,10 @@ pub enum OAuthError {
     ClientRequired(String),
     #[error("the authorization server refused: {0}")]
     AuthorizationServer(String),
+    /// The metadata names an endpoint the URL policy forbids, or an authorization URL no
+    /// person should be sent to.
+    #[error("the authorization server's metadata was refused: {0}")]
+    EndpointRefused(String),
     /// Step-up authorizations in a row reached `oauth.max_step_ups`.
     #[error(
         "the MCP server still asks for more scopes ({scopes}) after {attempts} step-up authorizations; giving up"
@@ -62,6 +66,7 @@ impl OAuthError {
             OAuthError::Discovery(_) => "OAUTH_DISCOVERY_FAILED",
             OAuthError::ClientRequired(_) => "OAUTH_CLIENT_REQUIRED",
             OAuthError::AuthorizationServer(_) => "OAUTH_SERVER_ERROR",
+            OAuthError::EndpointRefused(_) => "URL_NOT_ALLOWED",
             OAuthError::ScopeDenied { .. } => "MCP_AUTH_SCOPE_DENIED",
             OAuthError::UnknownState => "OAUTH_STATE_INVALID",
         }
@@ -72,23 +77,24 @@ impl OAuthError {
 pub struct PolicyHttp {
     follow: reqwest::Client,
     stop: reqwest::Client,
+    policy: Arc<crate::security::UrlPolicy>,
 }
 
 impl PolicyHttp {
-    /// On `http`'s TLS configuration (an operator's extra CA included) and resolver.
+    /// On `http`'s dialer (its TLS configuration, an operator's extra CA included).
     pub fn new(http: &crate::mcp::UpstreamHttp, timeout: Duration) -> Self {
-        let build = |redirects: reqwest::redirect::Policy| {
-            http.client_builder()
-                .timeout(timeout)
-                .redirect(redirects)
-                .build()
-                .expect("a reqwest client with these options builds")
-        };
+        let dialer = http.dialer();
         Self {
-            // Every hop of a redirect is dialled through the policy's resolver too.
-            follow: build(reqwest::redirect::Policy::limited(5)),
-            stop: build(reqwest::redirect::Policy::none()),
+            // Every hop of a redirect is dialled under the policy too.
+            follow: dialer.client(crate::security::Redirects::UpTo(5), Some(timeout)),
+            stop: dialer.client(crate::security::Redirects::Never, Some(timeout)),
+            policy: dialer.policy().clone(),
         }
+    }
+
+    /// The URL policy both clients dial under.
+    pub fn policy(&self) -> &Arc<crate::security::UrlPolicy> {
+        &self.policy
     }
 
     /// The no-redirect client, for the service's own requests (probe, revocation).
@@ -105,6 +111,13 @@ impl OAuthHttpClient for PolicyHttp {
                 _ => &self.follow,
             };
             let (parts, body) = request.request.into_parts();
+            // An IP-literal host is judged before anything is dialled (names are judged by
+            // the resolver; the dialer checks every connection's address either way).
+            if let Ok(url) = url::Url::parse(&parts.uri.to_string())
+                && let Some(ip) = crate::security::dialer::literal_host(&url)
+            {
+                self.policy.admits(ip)?;
+            }
             let mut builder = client
                 .request(parts.method, parts.uri.to_string())
                 .headers(parts.headers)
@@ -112,7 +125,7 @@ impl OAuthHttpClient for PolicyHttp {
             if let Some(timeout) = request.timeout {
                 builder = builder.timeout(timeout);
             }
-            let mut response = builder
+            let response = builder
                 .send()
                 .await
                 .map_err(|e| Box::new(e.without_url()))?;
@@ -120,20 +133,34 @@ impl OAuthHttpClient for PolicyHttp {
             if let Some(headers) = answer.headers_mut() {
                 *headers = response.headers().clone();
             }
-            let mut bytes = Vec::new();
-            while let Some(chunk) = response
-                .chunk()
-                .await
-                .map_err(|e| Box::new(e.without_url()))?
-            {
-                if bytes.len() + chunk.len() > MAX_OAUTH_BODY {
-                    return Err(format!("an answer over {MAX_OAUTH_BODY} bytes").into());
-                }
-                bytes.extend_from_slice(&chunk);
-            }
+            let bytes = read_capped(response).await?;
             Ok(answer.body(bytes)?)
         })
     }
+}
+
+/// An authorization server's answer, read up to [`MAX_OAUTH_BODY`]: a larger one is
+/// refused as soon as it is seen to be larger, not held.
+pub async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let too_large = || format!("the authorization server's answer exceeds {MAX_OAUTH_BODY} bytes");
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_OAUTH_BODY as u64)
+    {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| e.without_url().to_string())?
+    {
+        if bytes.len() + chunk.len() > MAX_OAUTH_BODY {
+            return Err(too_large());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// When the access token of `credentials` expires, if it says.

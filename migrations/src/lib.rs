@@ -16,6 +16,8 @@ mod m20261126_000008_oauth;
 mod m20261127_000009_assistant_settings;
 mod m20261128_000010_server_client_features;
 mod m20261129_000011_audit_console;
+mod m20261130_000012_verified_registrations;
+mod m20261130_000013_console_signouts;
 
 pub struct Migrator;
 
@@ -34,6 +36,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000009_assistant_settings::Migration),
             Box::new(m20261128_000010_server_client_features::Migration),
             Box::new(m20261129_000011_audit_console::Migration),
+            Box::new(m20261130_000012_verified_registrations::Migration),
+            Box::new(m20261130_000013_console_signouts::Migration),
         ]
     }
 }

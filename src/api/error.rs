@@ -125,6 +125,7 @@ fn domain_status(err: &Error) -> StatusCode {
             }
             OAuthError::ScopeDenied { .. } => StatusCode::CONFLICT,
             OAuthError::UnknownState => StatusCode::BAD_REQUEST,
+            OAuthError::EndpointRefused(_) => StatusCode::FORBIDDEN,
         },
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rmcp::transport::auth::{
-    AuthorizationManager, AuthorizationMetadata, AuthorizationMetadataSource, CredentialStore,
-    InMemoryCredentialStore, OAuthClientConfig, OAuthHttpClient, StoredAuthorizationState,
-    StoredCredentials,
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationMetadataSource,
+    CredentialStore, InMemoryCredentialStore, OAuthClientConfig, OAuthHttpClient,
+    StoredAuthorizationState, StoredCredentials,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -140,6 +140,11 @@ fn state_hash(state: &str) -> String {
 
 /// The server's URL as the OAuth resource (RFC 8707): without credentials, query or
 /// fragment.
+/// The resource (origin and path) a server's tokens are bound to; None for a local server.
+pub fn resource_of(spec: &crate::domain::ServerSpec) -> Option<Url> {
+    spec.transport.remote().map(resource_url)
+}
+
 fn resource_url(endpoint: &RemoteEndpoint) -> Url {
     let mut url = endpoint.url.expose().clone();
     let _ = url.set_username("");
@@ -324,18 +329,10 @@ impl OAuthService {
         };
         let resource = resource_url(endpoint);
         let mut manager = self.manager(&resource).await?;
-        let resolution = manager
-            .resolve_metadata_from_challenge(header.as_deref())
-            .await
-            .map_err(|e| OAuthError::Discovery(crate::mcp::excerpt(&e.to_string())))?;
-        let mut metadata = resolution.metadata;
-        if resolution.source == AuthorizationMetadataSource::LegacyEndpointFallback
-            && metadata.issuer.is_none()
-        {
-            // 2025-03-26: with no metadata at all, the MCP server's origin is the
-            // authorization server, so it is also the issuer an `iss` must name.
-            metadata.issuer = Some(resource.origin().ascii_serialization());
-        }
+        let (metadata, verified_as) = self
+            .discover(&manager, &resource, header.as_deref())
+            .await?;
+        self.check_endpoints(&metadata).await?;
         manager.set_metadata(metadata.clone());
         let configured: Vec<&str> = endpoint.oauth.scopes.iter().map(String::as_str).collect();
         let mut scopes = manager.select_initial_scopes(&configured).await;
@@ -356,7 +353,7 @@ impl OAuthService {
         }
         let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
         let client = self
-            .client_identity(&metadata, endpoint, &scope_refs)
+            .client_identity(&metadata, &verified_as, endpoint, &scope_refs)
             .await?;
         manager
             .configure_client(client.config())
@@ -367,6 +364,11 @@ impl OAuthService {
             .get_authorization_url(&scope_refs)
             .await
             .map_err(server_error)?;
+        self.inner
+            .http
+            .policy()
+            .check_for_person(&authorization_url, "the authorization URL")
+            .map_err(|reason| OAuthError::EndpointRefused(reason.to_string()))?;
         let (csrf, state) = captured
             .take()
             .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("rmcp kept no PKCE state")))?;
@@ -394,11 +396,111 @@ impl OAuthService {
         })
     }
 
+    /// The authorization server's metadata, and the identity it was verified under: the
+    /// issuer, when the metadata came from one of that issuer's own well-known URLs (RFC
+    /// 8414 section 3.3, checked by rmcp for every form), else the MCP server's origin.
+    /// Registrations are kept under this identity, so what one user's server claims can
+    /// never choose the client another user's authorization uses.
+    ///
+    /// 2025-03-26 servers publish no resource metadata: the authorization server is the
+    /// MCP server's own origin (its "authorization base URL"), and that revision never
+    /// asks a client to compare the issuer its metadata names. Such metadata, found at the
+    /// origin's root and naming another issuer, is accepted under the origin's identity;
+    /// the issuer it names is only what an `iss` in the callback must match.
+    async fn discover(
+        &self,
+        manager: &AuthorizationManager,
+        resource: &Url,
+        challenge: Option<&str>,
+    ) -> Result<(AuthorizationMetadata, String), OAuthError> {
+        let origin = resource.origin().ascii_serialization();
+        let discovery =
+            |e: &dyn std::fmt::Display| OAuthError::Discovery(crate::mcp::excerpt(&e.to_string()));
+        match manager.resolve_metadata_from_challenge(challenge).await {
+            Ok(resolution) => {
+                let mut metadata = resolution.metadata;
+                if resolution.source == AuthorizationMetadataSource::LegacyEndpointFallback {
+                    // 2025-03-26 with no metadata at all: the MCP server's origin is the
+                    // authorization server, so it is also the issuer an `iss` must name.
+                    metadata.issuer.get_or_insert_with(|| origin.clone());
+                    return Ok((metadata, origin));
+                }
+                let verified = metadata.issuer.clone().unwrap_or_else(|| origin.clone());
+                Ok((metadata, verified))
+            }
+            Err(AuthError::AuthorizationServerMismatch {
+                expected_issuer, ..
+            }) if expected_issuer.trim_end_matches('/') == origin => {
+                let url = format!("{origin}/.well-known/oauth-authorization-server");
+                let response = self
+                    .inner
+                    .http
+                    .client()
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| discovery(&e.without_url()))?;
+                if !response.status().is_success() {
+                    return Err(discovery(&format!("{url} answered {}", response.status())));
+                }
+                let body = crate::oauth::read_capped(response)
+                    .await
+                    .map_err(|e| discovery(&e))?;
+                let metadata = serde_json::from_slice::<AuthorizationMetadata>(&body)
+                    .map_err(|e| discovery(&format!("unreadable metadata at {url}: {e}")))?;
+                Ok((metadata, origin))
+            }
+            Err(error) => Err(discovery(&error)),
+        }
+    }
+
+    /// Every endpoint the metadata names passes the URL policy before anything is sent
+    /// to it (the dialer would refuse the connection anyway; this says which endpoint), and
+    /// the authorization endpoint, which a person will open, is `https` (or `http` on
+    /// loopback where loopback is allowed).
+    async fn check_endpoints(&self, metadata: &AuthorizationMetadata) -> Result<(), OAuthError> {
+        let policy = self.inner.http.policy();
+        let refused = |e: Error| OAuthError::EndpointRefused(e.to_string());
+        policy
+            .check_for_person(&metadata.authorization_endpoint, "authorization_endpoint")
+            .map_err(refused)?;
+        let named = [
+            ("token_endpoint", Some(metadata.token_endpoint.as_str())),
+            (
+                "registration_endpoint",
+                metadata.registration_endpoint.as_deref(),
+            ),
+            ("jwks_uri", metadata.jwks_uri.as_deref()),
+            (
+                "revocation_endpoint",
+                metadata
+                    .additional_fields
+                    .get("revocation_endpoint")
+                    .and_then(Value::as_str),
+            ),
+        ];
+        for (field, url) in named {
+            if let Some(url) = url {
+                policy
+                    .check_field(
+                        url,
+                        &format!("the authorization server's {field}"),
+                        &["http", "https"],
+                    )
+                    .await
+                    .map_err(refused)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The client identity, in the spec's order: the server's pre-registered client, the
-    /// service's client metadata document, a dynamic registration (kept and reused).
+    /// service's client metadata document, a dynamic registration (kept and reused under
+    /// `verified_as`, see [`Self::discover`]).
     async fn client_identity(
         &self,
         metadata: &AuthorizationMetadata,
+        verified_as: &str,
         endpoint: &RemoteEndpoint,
         scopes: &[&str],
     ) -> Result<ClientRecord, OAuthError> {
@@ -424,13 +526,9 @@ impl OAuthService {
             return Ok(record(self.client_metadata_url(), None));
         }
         let repo = self.inner.store.oauth();
-        let issuer = metadata
-            .issuer
-            .clone()
-            .or_else(|| metadata.registration_endpoint.clone())
-            .unwrap_or_else(|| metadata.token_endpoint.clone());
+        let issuer = verified_as;
         if let Some((client_id, secret)) = repo
-            .registration(&issuer, &redirect_uri)
+            .registration(issuer, &redirect_uri)
             .await
             .map_err(server_error)?
         {
@@ -442,7 +540,7 @@ impl OAuthService {
             ));
         }
         let (client_id, client_secret) = self.register(metadata, &redirect_uri, scopes).await?;
-        repo.save_registration(&issuer, &redirect_uri, &client_id, client_secret.as_deref())
+        repo.save_registration(issuer, &redirect_uri, &client_id, client_secret.as_deref())
             .await
             .map_err(server_error)?;
         Ok(record(client_id, client_secret))
@@ -492,7 +590,10 @@ impl OAuthService {
             .await
             .map_err(|e| server_error(e.without_url()))?;
         let status = response.status();
-        let body = response.text().await.unwrap_or_default();
+        let body = crate::oauth::read_capped(response)
+            .await
+            .map_err(server_error)?;
+        let body = String::from_utf8_lossy(&body);
         if !status.is_success() {
             return Err(OAuthError::ClientRequired(crate::mcp::excerpt(&format!(
                 "registration answered {status}: {body}"
