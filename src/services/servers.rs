@@ -238,7 +238,15 @@ impl ServerService {
 
     pub async fn update(&self, user: &UserId, id: &str, input: ServerInput) -> Result<McpServer> {
         let mut server = self.get(user, id).await?;
-        server.spec = self.build_spec(input, Some(&server.spec)).await?;
+        let spec = self.build_spec(input, Some(&server.spec)).await?;
+        if super::oauth::resource_of(&server.spec) != super::oauth::resource_of(&spec) {
+            // Tokens are bound to the resource they were issued for: a server moved to
+            // another origin or path must never receive them, so they are forgotten (and
+            // revoked at the authorization server that issued them) before the new URL
+            // is saved, and the user is asked again.
+            self.oauth.server_deleted(user, server.id).await?;
+        }
+        server.spec = spec;
         server.updated_at = crate::domain::now();
         let updated = self
             .store

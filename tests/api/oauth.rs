@@ -827,3 +827,59 @@ async fn an_expired_authorization_link_is_refused_and_frees_its_place() {
     let again = start(&app, "alice", &server).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.text);
 }
+
+#[tokio::test]
+async fn tokens_never_follow_a_server_moved_to_another_origin() {
+    let app = spawn_pool_app().await;
+    let fixture = HttpUpstream::fixture_with(&["--oauth"]).await;
+    let server = create(&app, "alice", &fixture, json!({})).await;
+    authorize(&app, "alice", &server).await;
+    assert_eq!(
+        app.call("alice", &server, "add", sum(1, 1)).await.status,
+        StatusCode::OK
+    );
+    // Another origin that records the Authorization header of every request.
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+    let recorded = seen.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let recorder = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let recorded = recorded.clone();
+        async move {
+            let authorization = headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap_or_default().to_owned())
+                .unwrap_or_default();
+            recorded.lock().unwrap().push(authorization);
+            (
+                axum::http::StatusCode::UNAUTHORIZED,
+                [("www-authenticate", "Bearer")],
+            )
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, recorder).await });
+
+    let moved = app
+        .user(
+            "alice",
+            Method::PUT,
+            &format!("/api/mcp-servers/{server}"),
+            Some(json!({"baseUrl": other})),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    assert_eq!(
+        status(&app, "alice", &server).await["status"],
+        "not_required"
+    );
+    let refused = app.call("alice", &server, "add", sum(1, 1)).await;
+    assert!(refused.status.is_client_error() || refused.status.is_server_error());
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the new origin was asked");
+    assert!(
+        seen.iter().all(|authorization| authorization.is_empty()),
+        "the old token reached the new origin: {seen:?}"
+    );
+    // The authorization server that issued them was told to revoke them.
+    assert!(stats(&fixture).await["revocations"].as_u64().unwrap() >= 1);
+}
