@@ -73,16 +73,26 @@ impl Services {
         );
         server_logs::relay(&pool, events.clone());
         let rate_limits = Arc::new(RateLimits::new(&settings.limits));
+        let park_limits = crate::services::ParkLimits {
+            per_user: settings.elicitation.max_open_per_user as usize,
+            per_server: settings.elicitation.max_open_per_server as usize,
+        };
         let sampling = sampling::Sampling::new(
             events.clone(),
             crate::llm::LlmClient::new(&settings.llm),
             rate_limits.clone(),
-            std::time::Duration::from_secs(settings.sampling.timeout_secs),
-            settings.llm.max_tokens,
+            sampling::SamplingLimits {
+                timeout: std::time::Duration::from_secs(settings.sampling.timeout_secs),
+                parked: park_limits,
+                max_tokens: settings.llm.max_tokens,
+                max_prompt_bytes: settings.sampling.max_prompt_bytes as usize,
+            },
         );
         let elicitations = elicitations::Elicitations::new(
             events.clone(),
             std::time::Duration::from_secs(settings.elicitation.timeout_secs),
+            park_limits,
+            url_policy.clone(),
             sampling.clone(),
         );
         let upstream = UpstreamService::new(

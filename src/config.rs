@@ -66,6 +66,9 @@ pub struct ConsoleSettings {
 pub struct SamplingTimeouts {
     /// A request not approved within this many seconds is refused.
     pub timeout_secs: u64,
+    /// The largest prompt (messages, system prompt and tools, as JSON) a server may ask
+    /// to sample; a larger one is refused before it reaches a model.
+    pub max_prompt_bytes: u64,
 }
 
 /// Questions servers ask the users of REST, chat and gRPC calls (see
@@ -75,6 +78,11 @@ pub struct SamplingTimeouts {
 pub struct ElicitationSettings {
     /// A question not answered within this many seconds is withdrawn (`cancel`).
     pub timeout_secs: u64,
+    /// Questions (and sampling requests awaiting approval) one user may have open at
+    /// once; the server asking past it gets an MCP error.
+    pub max_open_per_user: u64,
+    /// The same for one server of a user (all its calls together).
+    pub max_open_per_server: u64,
 }
 
 /// Per-user OAuth to remote MCP servers (see `oauth`).
@@ -351,10 +359,19 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 27] = [
+        let positive: [(&'static str, u64); 30] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
+            (
+                "elicitation.max_open_per_user",
+                self.elicitation.max_open_per_user,
+            ),
+            (
+                "elicitation.max_open_per_server",
+                self.elicitation.max_open_per_server,
+            ),
             ("sampling.timeout_secs", self.sampling.timeout_secs),
+            ("sampling.max_prompt_bytes", self.sampling.max_prompt_bytes),
             ("oauth.state_ttl_secs", self.oauth.state_ttl_secs),
             (
                 "oauth.max_pending_per_user",

@@ -12,6 +12,7 @@ mod keys;
 pub mod oauth;
 pub mod operators;
 mod parked;
+pub use parked::ParkLimits;
 mod presets;
 mod rate_limits;
 pub mod sampling;

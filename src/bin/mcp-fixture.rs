@@ -43,9 +43,15 @@
 //! an environment variable), `pid`; with `stdio --form-tool` also `form` (every kind of
 //! input field; answers its arguments); with `stdio --clock-tool` also `clock` (the
 //! monotonic clock when the call arrived, in ns: the load tool times approve → upstream
-//! with it, the clock being shared by all processes). Resources `fixture://greeting` and
+//! with it, the clock being shared by all processes); with `stdio --asking-tools` also
+//! `ask_many` (N form questions at once; answers how each ended), `ask_url` (one URL-mode
+//! question) and `sample` (a sampling request with a prompt of N bytes): a server that
+//! asks more than it should, for the security tests. Resources `fixture://greeting` and
 //! `fixture://cancellations` (requests cancelled by the client so far); one prompt `greet`.
 
+// Test and load clients dial what they are told: the outbound-client rule (clippy.toml)
+// is for the service.
+#![allow(clippy::disallowed_methods)]
 // Logging is deprecated in 2026-07-28 but is what 2025-11-25 clients take.
 #![allow(deprecated)]
 
@@ -95,6 +101,8 @@ struct Fixture {
     form_tool: bool,
     /// `stdio --clock-tool`: lists `clock`.
     clock_tool: bool,
+    /// `stdio --asking-tools`: lists `ask_many`, `ask_url` and `sample`.
+    asking_tools: bool,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -216,6 +224,23 @@ impl Fixture {
                 "admin_tool",
                 "Needs the write scope in the OAuth mode",
                 schema(json!({"type": "object"})),
+            ));
+        }
+        if self.asking_tools {
+            tools.push(Tool::new(
+                "ask_many",
+                "Asks count form questions at once (each with a defaulted field); answers how each ended",
+                schema(json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]})),
+            ));
+            tools.push(Tool::new(
+                "ask_url",
+                "Asks one URL-mode question sending the user to url",
+                schema(json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]})),
+            ));
+            tools.push(Tool::new(
+                "sample",
+                "Asks the client to sample a prompt of bytes bytes",
+                schema(json!({"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]})),
             ));
         }
         if self.clock_tool {
@@ -431,6 +456,76 @@ impl ServerHandler for Fixture {
                     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
                 let nanos = now.tv_sec() as i128 * 1_000_000_000 + now.tv_nsec() as i128;
                 Ok(text(nanos.to_string()))
+            }
+            "ask_many" if self.asking_tools => {
+                let count = argument(&request, "count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1);
+                let questions = (0..count).map(|n| {
+                    let params: ElicitRequestParams = serde_json::from_value(json!({
+                        "mode": "form",
+                        "message": format!("question {n}"),
+                        "requestedSchema": {"type": "object", "properties": {
+                            "name": {"type": "string"},
+                            "color": {"type": "string", "default": "blue"}
+                        }}
+                    }))
+                    .expect("a form question");
+                    context.peer.create_elicitation(params)
+                });
+                let mut outcomes = serde_json::Map::new();
+                let (mut errors, mut contents) = (Vec::new(), Vec::new());
+                for outcome in futures::future::join_all(questions).await {
+                    let key = match outcome {
+                        Ok(result) => {
+                            contents.extend(result.content.clone());
+                            serde_json::to_value(&result.action)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default()
+                        }
+                        Err(error) => {
+                            errors.push(error.to_string());
+                            "error".to_owned()
+                        }
+                    };
+                    let seen = outcomes.entry(key).or_insert(json!(0));
+                    *seen = json!(seen.as_u64().unwrap_or(0) + 1);
+                }
+                outcomes.insert("firstError".into(), json!(errors.first()));
+                outcomes.insert("contents".into(), json!(contents));
+                Ok(text(Value::Object(outcomes).to_string()))
+            }
+            "ask_url" if self.asking_tools => {
+                let url = argument(&request, "url")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let params: ElicitRequestParams = serde_json::from_value(json!({
+                    "mode": "url", "message": "open this", "url": url, "elicitationId": "e1"
+                }))
+                .map_err(|e| invalid(&e.to_string()))?;
+                Ok(text(match context.peer.create_elicitation(params).await {
+                    Ok(result) => format!(
+                        "answered: {}",
+                        serde_json::to_string(&result.action).unwrap_or_default()
+                    ),
+                    Err(error) => format!("error: {error}"),
+                }))
+            }
+            #[allow(deprecated)]
+            "sample" if self.asking_tools => {
+                let bytes = argument(&request, "bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1);
+                let params: CreateMessageRequestParams = serde_json::from_value(json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "x".repeat(bytes as usize)}}],
+                    "maxTokens": 10
+                }))
+                .map_err(|e| invalid(&e.to_string()))?;
+                Ok(text(match context.peer.create_message(params).await {
+                    Ok(_) => "sampled".to_owned(),
+                    Err(error) => format!("error: {error}"),
+                }))
             }
             "admin_tool" if self.admin_tool => Ok(text("admin")),
             "extra" if self.extra_tool.load(Ordering::SeqCst) => Ok(text("extra")),
@@ -764,6 +859,7 @@ async fn main() -> std::process::ExitCode {
             let fixture = Fixture {
                 form_tool: args[1..].iter().any(|flag| flag == "--form-tool"),
                 clock_tool: args[1..].iter().any(|flag| flag == "--clock-tool"),
+                asking_tools: args[1..].iter().any(|flag| flag == "--asking-tools"),
                 ..Fixture::default()
             };
             match stdio_pipes() {
@@ -840,7 +936,7 @@ async fn main() -> std::process::ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: mcp-fixture stdio [--form-tool] [--clock-tool] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--tls-cert PEM --tls-key PEM] [--oauth [OAuth options, see the source's doc]]"
+                "usage: mcp-fixture stdio [--form-tool] [--clock-tool] [--asking-tools] | mcp-fixture http [--port N] [--require-basic USER:PASS] [--require-query NAME=VALUE] [--modern-only] [--tls-cert PEM --tls-key PEM] [--oauth [OAuth options, see the source's doc]]"
             );
             return std::process::ExitCode::from(2);
         }

@@ -23,12 +23,13 @@ use rmcp::model::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::parked::Parked;
+use super::parked::{ParkLimits, Parked};
 use super::sampling::Sampling;
 use crate::domain::{McpServer, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
 use crate::mcp::downstream::Downstream;
+use crate::security::UrlPolicy;
 
 /// What the user answers.
 pub struct Answer {
@@ -43,15 +44,26 @@ pub struct Elicitations {
     pending: Parked<Option<Value>, Answer>,
     events: Arc<EventHub>,
     timeout: Duration,
+    limits: ParkLimits,
+    /// What a URL-mode question may send its user to.
+    url_policy: Arc<UrlPolicy>,
     sampling: Sampling,
 }
 
 impl Elicitations {
-    pub fn new(events: Arc<EventHub>, timeout: Duration, sampling: Sampling) -> Self {
+    pub fn new(
+        events: Arc<EventHub>,
+        timeout: Duration,
+        limits: ParkLimits,
+        url_policy: Arc<UrlPolicy>,
+        sampling: Sampling,
+    ) -> Self {
         Self {
             pending: Parked::default(),
             events,
             timeout,
+            limits,
+            url_policy,
             sampling,
         }
     }
@@ -92,22 +104,30 @@ impl Elicitations {
     }
 
     /// `POST /api/elicitations/{id}`: the content of an `accept` must match the schema.
+    /// A field the user left out that the schema gives a default gets that default
+    /// (SEP-1034), so the server receives what the user was shown as chosen.
     pub fn answer(&self, user: &UserId, id: &str, answer: Answer) -> Result<()> {
-        let accepted = (answer.action == ElicitationAction::Accept)
-            .then(|| answer.content.clone().unwrap_or_else(|| json!({})));
-        let check = |schema: &Option<Value>| {
-            if let (Some(content), Some(schema)) = (&accepted, schema)
-                && let Ok(validator) = jsonschema::validator_for(schema)
-            {
-                let problems = crate::pool::schema_problems(&validator, content, "content");
-                if !problems.is_empty() {
-                    return Err(Error::InvalidArguments(problems));
+        let decide = |schema: &Option<Value>| {
+            if answer.action != ElicitationAction::Accept {
+                return Ok(answer);
+            }
+            let mut content = answer.content.unwrap_or_else(|| json!({}));
+            if let Some(schema) = schema {
+                fill_defaults(schema, &mut content);
+                if let Ok(validator) = jsonschema::validator_for(schema) {
+                    let problems = crate::pool::schema_problems(&validator, &content, "content");
+                    if !problems.is_empty() {
+                        return Err(Error::InvalidArguments(problems));
+                    }
                 }
             }
-            Ok(())
+            Ok(Answer {
+                action: ElicitationAction::Accept,
+                content: Some(content),
+            })
         };
         self.pending
-            .answer(user, id, check, answer)
+            .answer(user, id, decide)
             .unwrap_or_else(|| Err(Error::NotFound(Resource::Elicitation, id.to_owned())))
     }
 
@@ -132,6 +152,10 @@ impl Elicitations {
                 )
             }
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                // The user is asked to open this URL: never a script or an inline document.
+                self.url_policy
+                    .check_for_person(url, "the elicitation's url")
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
                 (None, json!({"mode": "url", "message": message, "url": url}))
             }
             _ => {
@@ -141,7 +165,12 @@ impl Elicitations {
                 ));
             }
         };
-        let waiting = self.pending.park(user, schema);
+        let waiting = self
+            .pending
+            .park(user, server, schema, self.limits)
+            .map_err(|refusal| {
+                ErrorData::invalid_request(format!("question refused: {refusal}"), None)
+            })?;
         let id = waiting.id;
         let mut data = shown;
         data["id"] = json!(id);
@@ -168,6 +197,24 @@ impl Elicitations {
             result = result.with_content(content);
         }
         Ok(result)
+    }
+}
+
+/// Sets each top-level property the schema gives a `default` and `content` lacks
+/// (elicitation schemas are flat objects of primitives).
+fn fill_defaults(schema: &Value, content: &mut Value) {
+    let (Some(properties), Some(content)) = (
+        schema.get("properties").and_then(Value::as_object),
+        content.as_object_mut(),
+    ) else {
+        return;
+    };
+    for (name, property) in properties {
+        if let Some(default) = property.get("default")
+            && !content.contains_key(name)
+        {
+            content.insert(name.clone(), default.clone());
+        }
     }
 }
 

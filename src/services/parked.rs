@@ -14,6 +14,8 @@ use crate::error::Result;
 
 struct Entry<M, A> {
     user: UserId,
+    /// The server that asked.
+    server: Uuid,
     /// What answering needs to check (a question's schema).
     meta: M,
     reply: oneshot::Sender<A>,
@@ -40,6 +42,14 @@ impl<M, A> Default for Parked<M, A> {
     }
 }
 
+/// How many requests may be parked at once, per user and per server of a user: a server
+/// that asks in a loop must not make the instance hold its questions without end.
+#[derive(Debug, Clone, Copy)]
+pub struct ParkLimits {
+    pub per_user: usize,
+    pub per_server: usize,
+}
+
 /// A parked request's id and the answer it waits for.
 pub struct Waiting<A> {
     pub id: Uuid,
@@ -47,18 +57,44 @@ pub struct Waiting<A> {
 }
 
 impl<M, A> Parked<M, A> {
-    pub fn park(&self, user: &UserId, meta: M) -> Waiting<A> {
+    /// Parks a request of `user`'s `server`, or says which limit it would pass.
+    pub fn park(
+        &self,
+        user: &UserId,
+        server: Uuid,
+        meta: M,
+        limits: ParkLimits,
+    ) -> std::result::Result<Waiting<A>, String> {
         let id = Uuid::new_v4();
         let (reply, answered) = oneshot::channel();
-        self.entries.lock().expect("parked lock").insert(
+        let mut entries = self.entries.lock().expect("parked lock");
+        let (mut of_user, mut of_server) = (0, 0);
+        for entry in entries.values().filter(|e| e.user == *user) {
+            of_user += 1;
+            of_server += usize::from(entry.server == server);
+        }
+        if of_server >= limits.per_server {
+            return Err(format!(
+                "this server already has {of_server} requests waiting for its user (at most {})",
+                limits.per_server
+            ));
+        }
+        if of_user >= limits.per_user {
+            return Err(format!(
+                "this user already has {of_user} requests of servers waiting (at most {})",
+                limits.per_user
+            ));
+        }
+        entries.insert(
             id,
             Entry {
                 user: user.clone(),
+                server,
                 meta,
                 reply,
             },
         );
-        Waiting { id, answered }
+        Ok(Waiting { id, answered })
     }
 
     /// The answer, or `None` once `timeout` passed (the request is then withdrawn).
@@ -71,21 +107,22 @@ impl<M, A> Parked<M, A> {
         answer.ok().and_then(Result::ok)
     }
 
-    /// Answers `user`'s request `id` after `check` accepts it. `None` when there is no
-    /// such request of this user here (never answered, answered already, or withdrawn).
+    /// Answers `user`'s request `id` with what `decide` makes of it (or refuses with its
+    /// error, leaving the request parked). `None` when there is no such request of this
+    /// user here (never answered, answered already, or withdrawn).
     pub fn answer(
         &self,
         user: &UserId,
         id: &str,
-        check: impl FnOnce(&M) -> Result<()>,
-        answer: A,
+        decide: impl FnOnce(&M) -> Result<A>,
     ) -> Option<Result<()>> {
         let id = Uuid::parse_str(id).ok()?;
         let mut entries = self.entries.lock().expect("parked lock");
         let entry = entries.get(&id).filter(|e| e.user == *user)?;
-        if let Err(problem) = check(&entry.meta) {
-            return Some(Err(problem));
-        }
+        let answer = match decide(&entry.meta) {
+            Ok(answer) => answer,
+            Err(problem) => return Some(Err(problem)),
+        };
         let entry = entries.remove(&id).expect("looked up above");
         // The server may have stopped waiting meanwhile; the answer is then dropped.
         let _ = entry.reply.send(answer);

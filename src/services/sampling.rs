@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::RateLimits;
-use super::parked::Parked;
+use super::parked::{ParkLimits, Parked};
 use crate::domain::{SamplingPolicy, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
@@ -39,7 +39,18 @@ pub struct Sampling {
     llm: LlmClient,
     rate_limits: Arc<RateLimits>,
     timeout: Duration,
+    limits: ParkLimits,
     max_tokens: u32,
+    max_prompt_bytes: usize,
+}
+
+/// How a server's sampling requests are bounded.
+pub struct SamplingLimits {
+    /// Unapproved requests are refused after this.
+    pub timeout: Duration,
+    pub parked: ParkLimits,
+    pub max_tokens: u32,
+    pub max_prompt_bytes: usize,
 }
 
 impl Sampling {
@@ -47,16 +58,17 @@ impl Sampling {
         events: Arc<EventHub>,
         llm: LlmClient,
         rate_limits: Arc<RateLimits>,
-        timeout: Duration,
-        max_tokens: u32,
+        limits: SamplingLimits,
     ) -> Self {
         Self {
             parked: Parked::default(),
             events,
             llm,
             rate_limits,
-            timeout,
-            max_tokens,
+            timeout: limits.timeout,
+            limits: limits.parked,
+            max_tokens: limits.max_tokens,
+            max_prompt_bytes: limits.max_prompt_bytes,
         }
     }
 
@@ -72,7 +84,7 @@ impl Sampling {
             }
         };
         self.parked
-            .answer(user, id, |_| Ok(()), approved)
+            .answer(user, id, |_| Ok(approved))
             .unwrap_or_else(|| Err(Error::NotFound(Resource::SamplingRequest, id.to_owned())))
     }
 
@@ -95,16 +107,31 @@ impl Sampling {
         };
         let params = serde_json::to_value(&params)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let prompt_bytes = ["messages", "systemPrompt", "tools"]
+            .iter()
+            .map(|field| serde_json::to_vec(&params[*field]).map_or(0, |bytes| bytes.len()))
+            .sum::<usize>();
+        if prompt_bytes > self.max_prompt_bytes {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "the sampling prompt is {prompt_bytes} bytes; this service samples at most {} (sampling.max_prompt_bytes)",
+                    self.max_prompt_bytes
+                ),
+                None,
+            ));
+        }
         let mut request = chat_request(model, &params)?;
         request.max_tokens = Some(params["maxTokens"].as_u64().map_or(self.max_tokens, |n| {
             n.min(u64::from(self.max_tokens)) as u32
         }));
-        if policy.policy == SamplingPolicy::Ask {
-            self.ask(user, server, provider, model, &params).await?;
-        }
+        // A chat turn of its user's, counted before anyone is asked: a server cannot
+        // spend more of the user's model, nor park more requests, than the user's chats.
         self.rate_limits
             .chat_turn(user)
             .map_err(|e| refused(&e.to_string()))?;
+        if policy.policy == SamplingPolicy::Ask {
+            self.ask(user, server, provider, model, &params).await?;
+        }
         let handle = self
             .llm
             .model(provider, model, Some(crate::llm::ToolMode::Native))
@@ -127,7 +154,10 @@ impl Sampling {
         model: &str,
         params: &Value,
     ) -> std::result::Result<(), ErrorData> {
-        let waiting = self.parked.park(user, ());
+        let waiting = self
+            .parked
+            .park(user, server, (), self.limits)
+            .map_err(|refusal| refused(&format!("sampling request refused: {refusal}")))?;
         let id = waiting.id;
         let expires_at: DateTime<Utc> =
             Utc::now() + chrono::Duration::from_std(self.timeout).unwrap_or_default();

@@ -514,8 +514,12 @@ impl UpstreamService {
             unreachable!("checked above")
         };
         let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
-        let downstream =
-            downstream.unwrap_or_else(|| self.elicitations.for_user(&lease.runtime.server));
+        // A global server is shared by every user: no one user answers its questions, so
+        // without a gateway client to ask they are refused at once (see mcp::downstream).
+        let server = &lease.runtime.server;
+        let downstream = downstream.or_else(|| {
+            (server.user_id != UserId::global()).then(|| self.elicitations.for_user(server))
+        });
         let outcome = lease
             .client
             .call_tool_reporting(
@@ -524,7 +528,7 @@ impl UpstreamService {
                 lease.runtime.call_timeout,
                 max_total,
                 live,
-                Some(downstream),
+                downstream,
             )
             .await
             .inspect_err(|e| self.pool.report(lease, e))?;
