@@ -211,7 +211,8 @@ async fn session(State(state): State<AppState>, parts: Parts) -> Result<Response
         .into_response())
 }
 
-/// Signs out: clears the cookie (with the session's `X-CSRF-Token`).
+/// Signs out: ends the session on the server and clears the cookie (with the session's
+/// `X-CSRF-Token`).
 #[utoipa::path(delete, path = "/console/session", tag = "console",
     responses((status = NO_CONTENT, description = "Signed out")))]
 async fn sign_out(State(state): State<AppState>, parts: Parts) -> Result<Response, ApiError> {
@@ -220,6 +221,9 @@ async fn sign_out(State(state): State<AppState>, parts: Parts) -> Result<Respons
         && !carries_csrf_token(&parts, value)
     {
         return Err(ApiError::CsrfTokenInvalid);
+    }
+    if let Some(value) = console_cookie(&parts) {
+        state.services.keys.close_console_session(value).await?;
     }
     Ok((
         StatusCode::NO_CONTENT,

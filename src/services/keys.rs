@@ -39,6 +39,8 @@ pub struct ConsoleSession {
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SealedSession {
+    /// Names the session for sign-out (a cookie without one is refused).
+    id: Uuid,
     key: String,
     /// Unix seconds.
     expires: i64,
@@ -84,6 +86,7 @@ impl KeyService {
         let expires_at = crate::domain::now()
             + chrono::Duration::from_std(self.console_ttl).unwrap_or(chrono::Duration::hours(12));
         let sealed = SealedSession {
+            id: Uuid::new_v4(),
             key: secret.trim().to_owned(),
             expires: expires_at.timestamp(),
         };
@@ -98,6 +101,30 @@ impl KeyService {
         })
     }
 
+    /// The session a console cookie holds, if it is one this service sealed.
+    fn open_session(&self, cookie: &str) -> Result<(SealedSession, chrono::DateTime<chrono::Utc>)> {
+        let invalid =
+            || Error::Unauthorized("the console session is not valid; sign in again".into());
+        let opened = self.store.cipher().open(cookie).map_err(|_| invalid())?;
+        let session: SealedSession = serde_json::from_str(&opened).map_err(|_| invalid())?;
+        let expires_at =
+            chrono::DateTime::from_timestamp(session.expires, 0).ok_or_else(invalid)?;
+        Ok((session, expires_at))
+    }
+
+    /// Signs a console session out on the server: its cookie is refused from now on, by
+    /// every instance, even where a copy of it was kept. A cookie that is no session
+    /// signs nothing out.
+    pub async fn close_console_session(&self, cookie: &str) -> Result<()> {
+        if let Ok((session, expires_at)) = self.open_session(cookie) {
+            self.store
+                .api_keys()
+                .sign_out_console(session.id, expires_at)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The key behind a console cookie, checked again as a bearer key would be.
     pub async fn console_principal(
         &self,
@@ -105,13 +132,15 @@ impl KeyService {
     ) -> Result<(Principal, chrono::DateTime<chrono::Utc>)> {
         let signed_out =
             || Error::Unauthorized("the console session is not valid; sign in again".into());
-        let opened = self.store.cipher().open(cookie).map_err(|_| signed_out())?;
-        let session: SealedSession = serde_json::from_str(&opened).map_err(|_| signed_out())?;
-        let expires_at =
-            chrono::DateTime::from_timestamp(session.expires, 0).ok_or_else(signed_out)?;
+        let (session, expires_at) = self.open_session(cookie)?;
         if expires_at <= crate::domain::now() {
             return Err(Error::Unauthorized(
                 "the console session has expired; sign in again".into(),
+            ));
+        }
+        if self.store.api_keys().console_signed_out(session.id).await? {
+            return Err(Error::Unauthorized(
+                "this console session was signed out; sign in again".into(),
             ));
         }
         let principal = self.authenticate(&session.key).await?;

@@ -6,7 +6,7 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
-use super::entities::api_key;
+use super::entities::{api_key, console_signout};
 use super::{Db, StoreError, corrupt};
 use crate::security::ApiKeyRole;
 
@@ -97,6 +97,39 @@ impl ApiKeyRepo {
             .exec(self.db.writer()?)
             .await?;
         Ok(result.rows_affected == 1)
+    }
+
+    /// Ends console session `session` (valid until `expires_at`) for every instance;
+    /// sessions whose time is up anyway are dropped from the list here.
+    pub async fn sign_out_console(
+        &self,
+        session: Uuid,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let db = self.db.writer()?;
+        console_signout::Entity::delete_many()
+            .filter(console_signout::Column::ExpiresAt.lt(Utc::now()))
+            .exec(db)
+            .await?;
+        console_signout::Entity::insert(console_signout::ActiveModel {
+            session_id: Set(session),
+            expires_at: Set(expires_at),
+        })
+        .on_conflict(
+            sea_orm::sea_query::OnConflict::column(console_signout::Column::SessionId)
+                .do_nothing()
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn console_signed_out(&self, session: Uuid) -> Result<bool, StoreError> {
+        Ok(console_signout::Entity::find_by_id(session)
+            .one(self.db.reader()?)
+            .await?
+            .is_some())
     }
 }
 

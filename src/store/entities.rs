@@ -4,6 +4,7 @@ pub mod api_key;
 pub mod assistant_server;
 pub mod assistant_setting;
 pub mod audit_entry;
+pub mod console_signout;
 pub mod conversation;
 pub mod gateway_token;
 pub mod instance;

@@ -196,6 +196,16 @@ async fn a_cookie_alone_reads_but_never_changes_state() {
             .unwrap()
             .contains("Max-Age=0")
     );
+    // The session ended on the server: a copy of the cookie kept from before reads nothing.
+    let kept = with_cookie(&app, Method::GET, "/admin/keys", &cookie, None, None).await;
+    assert_eq!(kept.status, StatusCode::UNAUTHORIZED, "{}", kept.text);
+    let session = with_cookie(&app, Method::GET, "/console/session", &cookie, None, None).await;
+    assert_eq!(session.status, StatusCode::UNAUTHORIZED, "{}", session.text);
+    assert!(session.text.contains("signed out"), "{}", session.text);
+    // Another sign-in is a new session.
+    let (fresh, _) = console_session(&app).await;
+    let read = with_cookie(&app, Method::GET, "/admin/keys", &fresh, None, None).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.text);
     app.stop().await;
 }
 
