@@ -22,7 +22,7 @@ use super::auth::ChallengeSlot;
 use super::handler::{PoolClientHandler, UpstreamEvents};
 use super::sse::LegacySseTransport;
 use super::stdio::{StdioCommand, StdioTransport};
-use super::url_free::UrlFreeErrors;
+use super::url_free::{StreamFailures, UrlFreeErrors};
 use super::{McpClient, McpError};
 use crate::domain::SecretUrl;
 
@@ -160,10 +160,11 @@ pub async fn connect(
             }
             UpstreamTransport::StreamableHttp { url, headers } => {
                 let lifecycle = ClientLifecycleMode::Initialize;
-                let served =
-                    serve_http(spec, url, headers, handler, manager, &challenges, lifecycle)
-                        .instrument(session.clone())
-                        .await?;
+                let failures = StreamFailures::default();
+                let slots = (&challenges, &failures);
+                let served = serve_http(spec, url, headers, handler, manager, slots, lifecycle)
+                    .instrument(session.clone())
+                    .await?;
                 let served = match served {
                     Err(error) if speaks_only_newer_revisions(&error) => {
                         tracing::info!(upstream = %spec.label, "the server refuses initialize: opening it with server/discover");
@@ -174,21 +175,18 @@ pub async fn connect(
                         let lifecycle = ClientLifecycleMode::Discover {
                             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                         };
-                        serve_http(
-                            spec,
-                            url,
-                            headers,
-                            new_handler(),
-                            manager,
-                            &challenges,
-                            lifecycle,
-                        )
-                        .instrument(session.clone())
-                        .await?
+                        serve_http(spec, url, headers, new_handler(), manager, slots, lifecycle)
+                            .instrument(session.clone())
+                            .await?
                     }
                     served => served,
                 };
-                served.map_err(|e| McpError::Connect(e.to_string()))
+                // rmcp says only that the connection closed; a response stream that failed
+                // says why.
+                served.map_err(|e| match failures.take() {
+                    Some(failure) => McpError::Connect(format!("{e}: {failure}")),
+                    None => McpError::Connect(e.to_string()),
+                })
             }
             UpstreamTransport::Sse { url, headers } => {
                 let mut headers = header_map(headers)?;
@@ -213,6 +211,7 @@ pub async fn connect(
                     url,
                     headers,
                     challenges.clone(),
+                    spec.max_message_bytes,
                 )
                 .await?;
                 handler
@@ -251,7 +250,7 @@ async fn serve_http(
     headers: &BTreeMap<String, String>,
     handler: PoolClientHandler,
     manager: Option<rmcp::transport::auth::AuthorizationManager>,
-    challenges: &ChallengeSlot,
+    (challenges, failures): (&ChallengeSlot, &StreamFailures),
     lifecycle: ClientLifecycleMode,
 ) -> Result<Result<ClientSession, ClientInitializeError>, McpError> {
     let config = StreamableHttpClientTransportConfig::with_uri(url.expose().as_str())
@@ -261,10 +260,14 @@ async fn serve_http(
                 .filter_map(|(k, v)| Some((k?, v)))
                 .collect::<HashMap<_, _>>(),
         )
-        .reinit_on_expired_session(true);
+        .reinit_on_expired_session(true)
+        // A server's answer is held only up to the pool's message limit, as over stdio.
+        .max_sse_event_size(spec.max_message_bytes)
+        .max_json_response_size(spec.max_message_bytes);
     let client = UrlFreeErrors {
         client: spec.http.lease(url.expose()),
         challenges: challenges.clone(),
+        failures: failures.clone(),
     };
     Ok(match manager {
         // rmcp's `AuthClient` puts the token on each request, refreshes it shortly

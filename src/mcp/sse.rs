@@ -6,6 +6,9 @@
 //!
 //! The URL may carry credentials: messages name it masked, and reqwest's request errors
 //! (the only ones that quote a URL) lose it.
+//!
+//! An event is held only up to `max_message_bytes`: the stream is cut at a longer one (the
+//! SSE parser would otherwise buffer an event that never ends).
 
 use std::sync::Arc;
 
@@ -42,12 +45,44 @@ pub struct LegacySseTransport {
     reader: JoinHandle<()>,
 }
 
+/// The stream's bytes, failing once an event (the bytes between two blank lines) grows
+/// past `max` bytes.
+fn capped_events(
+    stream: impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
+    max: usize,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
+    // Bytes of the current event, and whether the last byte seen (`\r` aside) ended a line.
+    let mut in_event = 0usize;
+    let mut line_ended = false;
+    stream.map(move |chunk| {
+        let chunk = chunk.map_err(|e| std::io::Error::other(e.without_url()))?;
+        for &byte in chunk.iter() {
+            match byte {
+                b'\r' => {}
+                b'\n' if line_ended => in_event = 0,
+                b'\n' => line_ended = true,
+                _ => {
+                    line_ended = false;
+                    in_event += 1;
+                }
+            }
+            if in_event > max {
+                return Err(std::io::Error::other(format!(
+                    "the server sent an event over {max} bytes (pool.max_message_bytes)"
+                )));
+            }
+        }
+        Ok(chunk)
+    })
+}
+
 impl LegacySseTransport {
     pub async fn connect(
         lease: super::LeasedClient,
         secret_url: &SecretUrl,
         headers: HeaderMap,
         challenges: super::auth::ChallengeSlot,
+        max_event_bytes: usize,
     ) -> Result<Self, McpError> {
         let url = secret_url.expose();
         let client = lease.client.clone();
@@ -77,7 +112,8 @@ impl LegacySseTransport {
                 response.status()
             )));
         }
-        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+        let mut events =
+            SseStream::from_bytes_stream(capped_events(response.bytes_stream(), max_event_bytes));
         let post_url = loop {
             match events.next().await {
                 Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {

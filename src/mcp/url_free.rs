@@ -28,6 +28,48 @@ pub(super) struct UrlFreeErrors {
     /// Its lease ends with the session (the transport's last clone).
     pub client: super::LeasedClient,
     pub challenges: ChallengeSlot,
+    pub failures: StreamFailures,
+}
+
+/// The last failure of a response stream (an event over the size limit, a broken
+/// stream): rmcp reads the stream and reports only that the connection closed.
+#[derive(Clone, Default)]
+pub(super) struct StreamFailures(Arc<std::sync::Mutex<Option<String>>>);
+
+impl StreamFailures {
+    pub(super) fn take(&self) -> Option<String> {
+        self.0.lock().expect("stream failures lock").take()
+    }
+
+    /// `stream`, noting its first error here.
+    fn watch(
+        &self,
+        stream: BoxStream<'static, Result<Sse, SseError>>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        use futures::StreamExt;
+        let slot = self.0.clone();
+        stream
+            .inspect(move |item| {
+                if let Err(error) = item {
+                    slot.lock()
+                        .expect("stream failures lock")
+                        .get_or_insert_with(|| error.to_string());
+                }
+            })
+            .boxed()
+    }
+
+    fn watch_answer(
+        &self,
+        answer: Result<StreamableHttpPostResponse, HttpError>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        match answer {
+            Ok(StreamableHttpPostResponse::Sse(stream, session)) => {
+                Ok(StreamableHttpPostResponse::Sse(self.watch(stream), session))
+            }
+            other => other,
+        }
+    }
 }
 
 type HttpError = StreamableHttpError<reqwest::Error>;
@@ -77,7 +119,7 @@ impl StreamableHttpClient for UrlFreeErrors {
             .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        self.noted(result)
+        self.failures.watch_answer(self.noted(result))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -101,7 +143,7 @@ impl StreamableHttpClient for UrlFreeErrors {
                 max_sse_event_size,
             )
             .await;
-        self.noted(result)
+        self.failures.watch_answer(self.noted(result))
     }
 
     async fn post_message_with_response_limits(
@@ -125,7 +167,7 @@ impl StreamableHttpClient for UrlFreeErrors {
                 limits,
             )
             .await;
-        self.noted(result)
+        self.failures.watch_answer(self.noted(result))
     }
 
     async fn delete_session(
@@ -156,7 +198,7 @@ impl StreamableHttpClient for UrlFreeErrors {
             .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await;
-        self.noted(result)
+        self.noted(result).map(|stream| self.failures.watch(stream))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -180,6 +222,6 @@ impl StreamableHttpClient for UrlFreeErrors {
                 max_sse_event_size,
             )
             .await;
-        self.noted(result)
+        self.noted(result).map(|stream| self.failures.watch(stream))
     }
 }

@@ -183,3 +183,59 @@ async fn a_sampling_prompt_over_the_cap_never_reaches_the_model() {
     );
     assert!(llm.requests().is_empty(), "the model was asked");
 }
+
+#[tokio::test]
+async fn an_event_without_end_is_cut_at_the_message_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A server whose every answer is an event stream of one `data:` line that never ends.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\ndata: ";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'x'; 64 * 1024];
+                // 64 MiB at most, then the stream ends.
+                for _ in 0..1024 {
+                    if socket.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let app = spawn_pool_app_with(|s| s.pool.max_message_bytes = 1024 * 1024).await;
+    // Legacy SSE reads it as its event stream, streamable HTTP as the answer to initialize.
+    for kind in ["sse", "streamableHttp"] {
+        let server = app
+            .create_server_ok(
+                "u",
+                json!({"name": format!("endless-{kind}"), "type": kind, "baseUrl": format!("{base}/mcp")}),
+            )
+            .await;
+        let connected = app
+            .user(
+                "u",
+                Method::POST,
+                &format!("/api/mcp-servers/{server}/connect"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            connected.status,
+            StatusCode::BAD_GATEWAY,
+            "{kind}: {}",
+            connected.text
+        );
+        assert!(
+            connected.text.contains("1048576"),
+            "{kind}: the error says the stream passed the limit: {}",
+            connected.text
+        );
+    }
+}
