@@ -78,8 +78,9 @@ pub struct SamplingTimeouts {
 pub struct ElicitationSettings {
     /// A question not answered within this many seconds is withdrawn (`cancel`).
     pub timeout_secs: u64,
-    /// Questions (and sampling requests awaiting approval) one user may have open at
-    /// once; the server asking past it gets an MCP error.
+    /// Questions one user may have open at once (sampling requests awaiting approval are
+    /// held to the same number, counted on their own); a server asking past it gets an
+    /// MCP error.
     pub max_open_per_user: u64,
     /// The same for one server of a user (all its calls together).
     pub max_open_per_server: u64,
