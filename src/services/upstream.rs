@@ -206,6 +206,21 @@ impl UpstreamService {
         }
     }
 
+    /// `result` of an operation on a leased connection, with a refusal for want of
+    /// authorization explained as at the lease (a server may let `initialize` through and
+    /// refuse, or ask for more scopes, only on what follows).
+    async fn explain<T>(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        result: std::result::Result<T, impl Into<Error>>,
+    ) -> Result<T> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(error) => Err(Box::pin(self.explained(user, server_id, error.into())).await),
+        }
+    }
+
     pub fn rate_limits(&self) -> &RateLimits {
         &self.rate_limits
     }
@@ -409,7 +424,8 @@ impl UpstreamService {
         let started = Instant::now();
         let lease = self.lease(user, server_id).await?;
         self.pool.invalidate(&lease.key).await;
-        let tools = self.pool.tools(&lease).await?;
+        let listed = self.pool.tools(&lease).await;
+        let tools = self.explain(user, server_id, listed).await?;
         let info = lease.client.server_info();
         Ok(ConnectReport {
             server_name: info.as_ref().map(|i| i.name.clone()),
@@ -426,7 +442,8 @@ impl UpstreamService {
         server_id: &str,
     ) -> Result<(Arc<ServerRuntime>, Arc<ToolCatalog>)> {
         let lease = self.lease(user, server_id).await?;
-        let catalog = self.pool.tools(&lease).await?;
+        let listed = self.pool.tools(&lease).await;
+        let catalog = self.explain(user, server_id, listed).await?;
         Ok((lease.runtime.clone(), catalog))
     }
 
@@ -581,11 +598,12 @@ impl UpstreamService {
         level: rmcp::model::LoggingLevel,
     ) -> Result<()> {
         let lease = self.lease(user, server_id).await?;
-        Ok(lease
+        let result = lease
             .client
             .set_level(level, lease.runtime.call_timeout)
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?)
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
     }
 
     pub async fn complete(
@@ -595,11 +613,12 @@ impl UpstreamService {
         params: rmcp::model::CompleteRequestParams,
     ) -> Result<rmcp::model::CompleteResult> {
         let lease = self.lease(user, server_id).await?;
-        Ok(lease
+        let result = lease
             .client
             .complete(params, lease.runtime.call_timeout)
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?)
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
     }
 
     /// `resources/subscribe` or `resources/unsubscribe` on the user's session.
@@ -611,11 +630,12 @@ impl UpstreamService {
         subscribe: bool,
     ) -> Result<()> {
         let lease = self.lease(user, server_id).await?;
-        Ok(lease
+        let result = lease
             .client
             .subscription(uri, subscribe, lease.runtime.call_timeout)
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?)
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
     }
 
     /// Every server's log messages and resource updates (filter by user).
@@ -625,7 +645,8 @@ impl UpstreamService {
 
     pub async fn resources(&self, user: &UserId, server_id: &str) -> Result<Arc<ResourceCatalog>> {
         let lease = self.lease(user, server_id).await?;
-        Ok(self.pool.resources(&lease).await?)
+        let listed = self.pool.resources(&lease).await;
+        self.explain(user, server_id, listed).await
     }
 
     pub async fn read_resource(
@@ -638,16 +659,18 @@ impl UpstreamService {
             return Err(Error::validation("uri must be 1 to 4096 characters"));
         }
         let lease = self.lease(user, server_id).await?;
-        Ok(lease
+        let result = lease
             .client
             .read_resource(uri, lease.runtime.call_timeout)
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?)
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
     }
 
     pub async fn prompts(&self, user: &UserId, server_id: &str) -> Result<Arc<Vec<Prompt>>> {
         let lease = self.lease(user, server_id).await?;
-        Ok(self.pool.prompts(&lease).await?)
+        let listed = self.pool.prompts(&lease).await;
+        self.explain(user, server_id, listed).await
     }
 
     pub async fn get_prompt(
@@ -658,11 +681,12 @@ impl UpstreamService {
         arguments: Option<JsonObject>,
     ) -> Result<GetPromptResult> {
         let lease = self.lease(user, server_id).await?;
-        Ok(lease
+        let result = lease
             .client
             .get_prompt(name, arguments, lease.runtime.call_timeout)
             .await
-            .inspect_err(|e| self.pool.report(&lease, e))?)
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
     }
 
     /// Seed 000's health check: a `ping` through the pool. Failures are reported, not raised,

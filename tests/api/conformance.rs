@@ -1,7 +1,8 @@
-//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance` 0.1.16,
-//! every active server scenario) through the gateway: it must pass every scenario its
-//! everything-server passes alone (`tests/conformance/run.sh`, installed by
-//! `tests/setup.sh`).
+//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance` 0.1.16):
+//! every active server scenario through the gateway, which must pass every scenario its
+//! everything-server passes alone (`tests/conformance/run.sh`), and the client scenarios
+//! with the pool as the client (`tests/conformance/client.sh`). Both need
+//! `tests/setup.sh`.
 
 #[tokio::test]
 async fn the_gateway_passes_what_the_server_alone_passes() {
@@ -22,6 +23,36 @@ async fn the_gateway_passes_what_the_server_alone_passes() {
     assert!(
         output.status.success(),
         "the gateway fails scenarios the server alone passes:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("passed "),
+        "the suite printed no results:\n{stdout}\n{stderr}"
+    );
+}
+
+/// The suite's client scenarios (2025-03-26 to 2025-11-25) with the pool as the client
+/// (`tests/conformance/client.sh`): every one passes but those listed, with the reason, in
+/// `tests/conformance/client-expected-failures.txt`, and every listed one still fails.
+#[tokio::test]
+async fn the_pool_as_a_client_passes_the_client_scenarios() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/client.sh");
+    let out = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new("bash")
+        .arg(script)
+        .env("STRICT", "1")
+        .env("OUT", out.path())
+        .env_remove("DATABASE_URL")
+        .env("POOL", env!("CARGO_BIN_EXE_mcp-pool"))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("client.sh starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "client scenarios fail that are not expected to, or pass though listed:\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("passed "),
