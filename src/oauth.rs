@@ -66,7 +66,7 @@ impl OAuthError {
             OAuthError::Discovery(_) => "OAUTH_DISCOVERY_FAILED",
             OAuthError::ClientRequired(_) => "OAUTH_CLIENT_REQUIRED",
             OAuthError::AuthorizationServer(_) => "OAUTH_SERVER_ERROR",
-            OAuthError::EndpointRefused(_) => "URL_NOT_ALLOWED",
+            OAuthError::EndpointRefused(_) => "OAUTH_METADATA_REFUSED",
             OAuthError::ScopeDenied { .. } => "MCP_AUTH_SCOPE_DENIED",
             OAuthError::UnknownState => "OAUTH_STATE_INVALID",
         }
@@ -97,9 +97,29 @@ impl PolicyHttp {
         &self.policy
     }
 
-    /// The no-redirect client, for the service's own requests (probe, revocation).
-    pub fn client(&self) -> &reqwest::Client {
-        &self.stop
+    /// An IP-literal host judged before anything is dialled (names are judged by the
+    /// resolver; the dialer checks every connection's address either way). Every request
+    /// of the OAuth machinery, rmcp's and the service's own, passes here first.
+    pub fn judge(&self, url: &str) -> Result<(), crate::security::url_guard::AddressRefused> {
+        match url::Url::parse(url)
+            .ok()
+            .as_ref()
+            .and_then(crate::security::dialer::literal_host)
+        {
+            Some(ip) => self.policy.admits(ip),
+            None => Ok(()),
+        }
+    }
+
+    /// A request of the service's own (probe, registration, revocation) on the
+    /// no-redirect client, once [`Self::judge`] let its URL through.
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, crate::security::url_guard::AddressRefused> {
+        self.judge(url)?;
+        Ok(self.stop.request(method, url))
     }
 }
 
@@ -111,13 +131,7 @@ impl OAuthHttpClient for PolicyHttp {
                 _ => &self.follow,
             };
             let (parts, body) = request.request.into_parts();
-            // An IP-literal host is judged before anything is dialled (names are judged by
-            // the resolver; the dialer checks every connection's address either way).
-            if let Ok(url) = url::Url::parse(&parts.uri.to_string())
-                && let Some(ip) = crate::security::dialer::literal_host(&url)
-            {
-                self.policy.admits(ip)?;
-            }
+            self.judge(&parts.uri.to_string())?;
             let mut builder = client
                 .request(parts.method, parts.uri.to_string())
                 .headers(parts.headers)
@@ -137,6 +151,22 @@ impl OAuthHttpClient for PolicyHttp {
             Ok(answer.body(bytes)?)
         })
     }
+}
+
+/// `error` and each of its sources, as one line: a refusal by the URL policy deep inside a
+/// request error still says why ("error sending request: … 'x' is a loopback address …").
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// An authorization server's answer, read up to [`MAX_OAUTH_BODY`]: a larger one is

@@ -178,7 +178,7 @@ where
                 return Err("the connection's peer address is unknown; refused".into());
             };
             // Dropping the connection closes it: nothing of the request was written.
-            policy.admits(info.remote_addr().ip())?;
+            policy.admits_connected(info.remote_addr().ip())?;
             Ok(connection)
         })
     }

@@ -44,7 +44,16 @@ impl AddressClass {
 
 fn classify_v4(ip: Ipv4Addr) -> AddressClass {
     let [a, b, ..] = ip.octets();
-    if ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(100, 100, 100, 200) {
+    // AWS/GCP/Azure IMDS, Alibaba, AWS ECS task credentials and EKS Pod Identity, Azure
+    // WireServer (a public-looking address that only answers inside Azure).
+    const METADATA: [Ipv4Addr; 5] = [
+        Ipv4Addr::new(169, 254, 169, 254),
+        Ipv4Addr::new(100, 100, 100, 200),
+        Ipv4Addr::new(169, 254, 170, 2),
+        Ipv4Addr::new(169, 254, 170, 23),
+        Ipv4Addr::new(168, 63, 129, 16),
+    ];
+    if METADATA.contains(&ip) {
         AddressClass::Metadata
     } else if ip.is_loopback() || a == 0 {
         AddressClass::Loopback
@@ -59,7 +68,8 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
 
 fn classify_v6(v6: Ipv6Addr) -> AddressClass {
     let first = v6.segments()[0];
-    if v6 == "fd00:ec2::254".parse::<Ipv6Addr>().expect("literal") {
+    // AWS IMDS and EKS Pod Identity over IPv6.
+    if v6.segments()[..2] == [0xfd00, 0xec2] {
         AddressClass::Metadata
     } else if v6.is_loopback() || v6.is_unspecified() {
         AddressClass::Loopback
@@ -305,27 +315,37 @@ impl UrlPolicy {
         Ok(addresses)
     }
 
-    /// Whether a connection to `ip` may be used: an address the policy allows, one listed
-    /// in `allowed_url_hosts`, or one a listed name resolved to. What [`super::Dialer`]'s
-    /// clients check on every connection they open, literal host or resolved name.
+    /// Whether a URL whose host is the IP literal `ip` may be dialled: an address the
+    /// policy allows, or one listed as such in `allowed_url_hosts`. What every entry point
+    /// judges a literal by before it dials (saved URLs, OAuth requests, redirect hops).
     pub fn admits(&self, ip: IpAddr) -> Result<(), AddressRefused> {
         let Some(class) = self.refused_class(ip) else {
             return Ok(());
         };
         let host = ip.to_string();
-        if self.allowed_hosts.contains(&host)
-            || self
-                .approved
-                .lock()
-                .expect("approved addresses lock")
-                .contains(&ip)
-        {
+        if self.allowed_hosts.contains(&host) {
             return Ok(());
         }
         Err(AddressRefused {
             host,
             what: class.describe(),
             literal: true,
+        })
+    }
+
+    /// Whether a connection the dialer opened to `ip` may be used: what [`Self::admits`]
+    /// allows, or an address a name listed in `allowed_url_hosts` resolved to (the
+    /// connection was made for that name; its address alone cannot say so). The backstop
+    /// [`super::Dialer`] applies to every connection; a literal never gets this far unless
+    /// its entry point judged it first.
+    pub fn admits_connected(&self, ip: IpAddr) -> Result<(), AddressRefused> {
+        self.admits(ip).or_else(|refused| {
+            let approved = self.approved.lock().expect("approved addresses lock");
+            if approved.contains(&ip) {
+                Ok(())
+            } else {
+                Err(refused)
+            }
         })
     }
 
@@ -373,6 +393,12 @@ impl UrlPolicy {
     pub fn check_for_person(&self, raw: &str, field: &str) -> Result<Url, Error> {
         let url = Url::parse(raw.trim())
             .map_err(|e| Error::UrlNotAllowed(format!("{field} is not a valid URL: {e}")))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            // `https://trusted.example@evil.example/` reads as the first host to a person.
+            return Err(Error::UrlNotAllowed(format!(
+                "{field} must not carry a user name or password"
+            )));
+        }
         let loopback = match url.host() {
             Some(Host::Domain(d)) => {
                 Self::fixed_class(&normalize_host(d)) == Some(AddressClass::Loopback)
@@ -485,6 +511,9 @@ mod tests {
             ("fe80::1", AddressClass::Private),
             ("fd12::1", AddressClass::Private),
             ("fd00:ec2::254", AddressClass::Metadata),
+            ("fd00:ec2::23", AddressClass::Metadata),
+            ("169.254.170.2", AddressClass::Metadata),
+            ("168.63.129.16", AddressClass::Metadata),
             ("::ffff:127.0.0.1", AddressClass::Loopback),
             ("2606:4700::1111", AddressClass::Public),
         ];

@@ -204,7 +204,7 @@ async fn endpoints_an_authorization_server_names_at_forbidden_addresses_are_neve
             let started = authorize(&app, "mallory", &hostile).await;
             assert_eq!(
                 (started.status, started.code()),
-                (StatusCode::FORBIDDEN, "URL_NOT_ALLOWED"),
+                (StatusCode::BAD_GATEWAY, "OAUTH_METADATA_REFUSED"),
                 "{field} at {target}: {}",
                 started.text
             );
@@ -309,7 +309,7 @@ async fn only_https_authorization_urls_are_handed_to_a_person() {
         let started = authorize(&app, "mallory", &hostile).await;
         assert_eq!(
             (started.status, started.code()),
-            (StatusCode::FORBIDDEN, "URL_NOT_ALLOWED"),
+            (StatusCode::BAD_GATEWAY, "OAUTH_METADATA_REFUSED"),
             "{endpoint}: {}",
             started.text
         );
@@ -350,10 +350,16 @@ async fn an_oversized_registration_answer_is_refused_not_held() {
 /// here with their reason.
 #[test]
 fn every_outbound_client_is_built_by_the_dialer() {
-    const BUILDERS: [&str; 6] = [
+    const BUILDERS: [&str; 11] = [
         "Client::builder(",
         "Client::new(",
+        "Client::default(",
         "ClientBuilder::new(",
+        "ClientBuilder::default(",
+        "reqwest::get(",
+        // rmcp's constructors that build a client of their own.
+        "::from_uri(",
+        "AuthorizationManager::new(",
         "connect_async(",
         "client_async",
         "TcpStream::connect(",
