@@ -2902,20 +2902,15 @@ impl AuthorizationManager {
             .map(str::to_owned)
             .or_else(|| Self::expected_issuer_for_authorization_metadata_url(discovery_url));
         let Some(expected_issuer) = expected_issuer else {
-            // A metadata URL of no RFC 8414 or OpenID Connect form proves nothing about the
-            // issuer the document claims: it is accepted only when that URL is one of the
-            // claimed issuer's own well-known URLs (RFC 8414 section 3.3), so a server cannot
-            // pass off its metadata as another authorization server's. mcp-pool: issuer check for every form.
-            let received_issuer = metadata.issuer.clone().unwrap_or_default();
-            let verified = Url::parse(&received_issuer).is_ok_and(|issuer| {
-                Self::generate_discovery_urls(&issuer).contains(discovery_url)
-            });
-            if verified {
-                return Ok(());
-            }
+            // A metadata URL of no RFC 8414 or OpenID Connect well-known form is no issuer's
+            // own, so it proves nothing about the issuer the document claims (RFC 8414
+            // section 3.3): refused, so that a server cannot pass off its metadata as
+            // another authorization server's. mcp-pool: issuer check for every form.
             return Err(AuthError::AuthorizationServerMismatch {
-                expected_issuer: format!("an issuer whose metadata is served at {discovery_url}"),
-                received_issuer,
+                expected_issuer: format!(
+                    "metadata at a well-known URL of its issuer, not at {discovery_url}"
+                ),
+                received_issuer: metadata.issuer.clone().unwrap_or_else(|| "none".into()),
             });
         };
         let Some(received_issuer) = metadata.issuer.as_deref() else {
