@@ -125,7 +125,8 @@ fn domain_status(err: &Error) -> StatusCode {
             }
             OAuthError::ScopeDenied { .. } => StatusCode::CONFLICT,
             OAuthError::UnknownState => StatusCode::BAD_REQUEST,
-            OAuthError::EndpointRefused(_) => StatusCode::FORBIDDEN,
+            // The fault is the upstream's metadata, not the request.
+            OAuthError::EndpointRefused(_) => StatusCode::BAD_GATEWAY,
         },
         Error::Pool(pool) => match pool {
             PoolError::Upstream(McpError::Timeout(_)) => StatusCode::GATEWAY_TIMEOUT,

@@ -95,6 +95,11 @@ struct ClientRecord {
     client_id: String,
     client_secret: Option<String>,
     redirect_uri: String,
+    /// The identity the metadata was verified under (see `OAuthService::discover`): what
+    /// the grant names as its issuer, whatever the metadata claims. Absent in records kept
+    /// before it existed.
+    #[serde(default)]
+    verified_as: Option<String>,
 }
 
 impl ClientRecord {
@@ -114,6 +119,10 @@ struct Flow {
     client: ClientRecord,
     scopes: Vec<String>,
     step_up: bool,
+    /// The resource (see [`resource_of`]) the authorization is for: a callback for a
+    /// server that has moved since saves nothing.
+    #[serde(default)]
+    resource: Option<String>,
 }
 
 #[derive(Clone)]
@@ -261,10 +270,11 @@ impl OAuthService {
 
     /// Asks the server without a token for its challenge (what discovery starts from).
     async fn probe(&self, endpoint: &RemoteEndpoint, streamable: bool) -> Option<String> {
-        let client = self.inner.http.client();
+        let http = &self.inner.http;
+        let url = endpoint.url.expose().as_str();
         let mut request = if streamable {
-            client
-                .post(endpoint.url.expose().clone())
+            http.request(reqwest::Method::POST, url)
+                .ok()?
                 .header("accept", "application/json, text/event-stream")
                 .json(&json!({
                     "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -272,8 +282,8 @@ impl OAuthService {
                                "clientInfo": {"name": "mcp-pool", "version": env!("CARGO_PKG_VERSION")}}
                 }))
         } else {
-            client
-                .get(endpoint.url.expose().clone())
+            http.request(reqwest::Method::GET, url)
+                .ok()?
                 .header("accept", "text/event-stream")
         };
         for (name, value) in endpoint.headers.expose() {
@@ -353,7 +363,7 @@ impl OAuthService {
         }
         let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
         let client = self
-            .client_identity(&metadata, &verified_as, endpoint, &scope_refs)
+            .client_identity(&metadata, &verified_as, endpoint)
             .await?;
         manager
             .configure_client(client.config())
@@ -378,6 +388,7 @@ impl OAuthService {
             client,
             scopes,
             step_up,
+            resource: Some(resource.to_string()),
         };
         repo.insert_pending(
             &state_hash(&csrf),
@@ -435,11 +446,11 @@ impl OAuthService {
                 let response = self
                     .inner
                     .http
-                    .client()
-                    .get(&url)
+                    .request(reqwest::Method::GET, &url)
+                    .map_err(|e| discovery(&e))?
                     .send()
                     .await
-                    .map_err(|e| discovery(&e.without_url()))?;
+                    .map_err(|e| discovery(&crate::oauth::error_chain(&e.without_url())))?;
                 if !response.status().is_success() {
                     return Err(discovery(&format!("{url} answered {}", response.status())));
                 }
@@ -450,7 +461,7 @@ impl OAuthService {
                     .map_err(|e| discovery(&format!("unreadable metadata at {url}: {e}")))?;
                 Ok((metadata, origin))
             }
-            Err(error) => Err(discovery(&error)),
+            Err(error) => Err(discovery(&crate::oauth::error_chain(&error))),
         }
     }
 
@@ -502,7 +513,6 @@ impl OAuthService {
         metadata: &AuthorizationMetadata,
         verified_as: &str,
         endpoint: &RemoteEndpoint,
-        scopes: &[&str],
     ) -> Result<ClientRecord, OAuthError> {
         let redirect_uri = self.redirect_uri();
         let record = |client_id: String, client_secret: Option<String>| ClientRecord {
@@ -510,6 +520,7 @@ impl OAuthService {
             client_id,
             client_secret,
             redirect_uri: redirect_uri.clone(),
+            verified_as: Some(verified_as.to_owned()),
         };
         if let Some(client_id) = &endpoint.oauth.client_id {
             return Ok(record(
@@ -539,7 +550,7 @@ impl OAuthService {
                 "its metadata has no registration_endpoint".into(),
             ));
         }
-        let (client_id, client_secret) = self.register(metadata, &redirect_uri, scopes).await?;
+        let (client_id, client_secret) = self.register(metadata, &redirect_uri).await?;
         repo.save_registration(issuer, &redirect_uri, &client_id, client_secret.as_deref())
             .await
             .map_err(server_error)?;
@@ -555,7 +566,6 @@ impl OAuthService {
         &self,
         metadata: &AuthorizationMetadata,
         redirect_uri: &str,
-        scopes: &[&str],
     ) -> Result<(String, Option<String>), OAuthError> {
         let endpoint = metadata.registration_endpoint.as_deref().ok_or_else(|| {
             OAuthError::ClientRequired("its metadata has no registration_endpoint".into())
@@ -570,25 +580,30 @@ impl OAuthService {
             .into_iter()
             .find(|m| supported.contains(m))
             .unwrap_or("client_secret_basic");
-        let mut request = json!({
+        let request = json!({
             "client_name": self.inner.settings.oauth.client_name,
             "redirect_uris": [redirect_uri],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": method,
         });
-        if !scopes.is_empty() {
-            request["scope"] = json!(scopes.join(" "));
-        }
+        // No `scope` (RFC 7591 makes it optional): the registration is shared by every
+        // user of this authorization server, and the scopes come from one user's server,
+        // which must not narrow what the others' authorizations may ask for.
+        let unreachable = |why: String| {
+            OAuthError::ClientRequired(crate::mcp::excerpt(&format!(
+                "the registration endpoint could not be reached: {why}"
+            )))
+        };
         let response = self
             .inner
             .http
-            .client()
-            .post(endpoint)
+            .request(reqwest::Method::POST, endpoint)
+            .map_err(|e| unreachable(e.to_string()))?
             .json(&request)
             .send()
             .await
-            .map_err(|e| server_error(e.without_url()))?;
+            .map_err(|e| unreachable(crate::oauth::error_chain(&e.without_url())))?;
         let status = response.status();
         let body = crate::oauth::read_capped(response)
             .await
@@ -752,6 +767,16 @@ impl OAuthService {
             .transport
             .remote()
             .ok_or_else(|| fail(OAuthError::NotRemote.into()))?;
+        // A server moved to another URL since the flow began: tokens for the old one must
+        // never be kept for it.
+        let moved = |now: &McpServer| {
+            flow.resource.as_deref().is_some_and(|resource| {
+                resource_of(&now.spec).is_none_or(|now| now.as_str() != resource)
+            })
+        };
+        if moved(&server) {
+            return Err(fail(OAuthError::UnknownState.into()));
+        }
         let mut manager = self
             .manager(&resource_url(endpoint))
             .await
@@ -773,6 +798,16 @@ impl OAuthService {
             .ok()
             .flatten()
             .ok_or_else(|| fail(server_error("no tokens were issued").into()))?;
+        let still = self
+            .inner
+            .store
+            .servers()
+            .get(&pending.user, pending.server)
+            .await
+            .map_err(|e| fail(e.into()))?;
+        if still.as_ref().is_none_or(moved) {
+            return Err(fail(OAuthError::UnknownState.into()));
+        }
         self.save_grant(&pending.user, pending.server, &credentials, &flow.client)
             .await
             .map_err(fail)?;
@@ -800,9 +835,10 @@ impl OAuthService {
                 Grant {
                     credentials: &credentials_json,
                     client: Some(&client_json),
-                    issuer: credentials
-                        .issuer
+                    issuer: client
+                        .verified_as
                         .as_deref()
+                        .or(credentials.issuer.as_deref())
                         .or(client.metadata.issuer.as_deref()),
                     scopes: &scopes,
                     expires_at: crate::oauth::expires_at(credentials),
@@ -912,7 +948,14 @@ impl OAuthService {
             });
         for (token, hint) in to_revoke {
             let mut form = vec![("token", token), ("token_type_hint", hint.to_owned())];
-            let mut request = self.inner.http.client().post(endpoint);
+            // Metadata kept before the policy judged every endpoint is judged here too.
+            let mut request = match self.inner.http.request(reqwest::Method::POST, endpoint) {
+                Ok(request) => request,
+                Err(refused) => {
+                    tracing::warn!(%refused, "token revocation not sent");
+                    return;
+                }
+            };
             match &client.client_secret {
                 Some(secret) if !post_auth => {
                     request = request.basic_auth(
