@@ -92,7 +92,6 @@ impl Services {
             events.clone(),
             std::time::Duration::from_secs(settings.elicitation.timeout_secs),
             park_limits,
-            url_policy.clone(),
             sampling.clone(),
         );
         let upstream = UpstreamService::new(

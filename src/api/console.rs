@@ -222,12 +222,18 @@ async fn sign_out(State(state): State<AppState>, parts: Parts) -> Result<Respons
     {
         return Err(ApiError::CsrfTokenInvalid);
     }
-    if let Some(value) = console_cookie(&parts) {
-        state.services.keys.close_console_session(value).await?;
-    }
-    Ok((
-        StatusCode::NO_CONTENT,
-        [(SET_COOKIE, cookie(&state, "", 0))],
-    )
-        .into_response())
+    let closed = match console_cookie(&parts) {
+        Some(value) => state.services.keys.close_console_session(value).await,
+        None => Ok(()),
+    };
+    // The browser forgets the cookie even when the session could not be ended on the
+    // server (the database is down): the error says so, and signing out again finishes.
+    let mut response = match closed {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => ApiError::from(error).into_response(),
+    };
+    response
+        .headers_mut()
+        .insert(SET_COOKIE, cookie(&state, "", 0));
+    Ok(response)
 }

@@ -105,8 +105,15 @@ pub async fn connect(
     spec: &UpstreamSpec,
     events: mpsc::UnboundedSender<UpstreamEvents>,
 ) -> Result<McpClient, McpError> {
-    let new_handler =
-        || PoolClientHandler::new(events.clone(), &spec.label, &spec.roots, spec.owner.clone());
+    let new_handler = || {
+        PoolClientHandler::new(
+            events.clone(),
+            &spec.label,
+            &spec.roots,
+            spec.owner.clone(),
+            spec.url_policy.clone(),
+        )
+    };
     let handler = new_handler();
     let challenges = ChallengeSlot::default();
     let manager = match &spec.auth {
@@ -172,6 +179,8 @@ pub async fn connect(
                             Some(auth) => auth.manager().await?,
                             None => None,
                         };
+                        // What failed before belongs to the first attempt.
+                        failures.take();
                         let lifecycle = ClientLifecycleMode::Discover {
                             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                         };

@@ -43,6 +43,8 @@ pub struct PoolClientHandler {
     roots: Vec<Root>,
     /// Names the connection in logs (`user/server`).
     label: String,
+    /// What a URL-mode question may send a person to.
+    url_policy: Arc<crate::security::UrlPolicy>,
 }
 
 impl PoolClientHandler {
@@ -51,6 +53,7 @@ impl PoolClientHandler {
         label: &str,
         roots: &[RootEntry],
         owner: Option<Arc<dyn super::downstream::Downstream>>,
+        url_policy: Arc<crate::security::UrlPolicy>,
     ) -> Self {
         let roots = roots
             .iter()
@@ -66,6 +69,7 @@ impl PoolClientHandler {
             events,
             roots,
             label: label.to_owned(),
+            url_policy,
         }
     }
 }
@@ -89,9 +93,19 @@ impl ClientHandler for PoolClientHandler {
 
     async fn create_elicitation(
         &self,
-        request: ElicitRequestParams,
+        mut request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
+        // Whoever is asked (a user on their event stream, a gateway client), a URL-mode
+        // question never sends a person to a script, an inline document or plain http: it
+        // is refused to the server here, and what is passed on is the URL as parsed.
+        if let ElicitRequestParams::UrlElicitationParams { url, .. } = &mut request {
+            let checked = self
+                .url_policy
+                .check_for_person(url, "the elicitation's url")
+                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+            *url = checked.to_string();
+        }
         self.callers.answering()?.elicit(request).await
     }
 

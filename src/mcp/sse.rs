@@ -51,20 +51,39 @@ fn capped_events(
     stream: impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
     max: usize,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
-    // Bytes of the current event, and whether the last byte seen (`\r` aside) ended a line.
+    // Bytes of the current event; whether the last line ended empty-so-far (at a line's
+    // start); whether the last byte was a CR (whose LF, if one follows, ends no new line).
     let mut in_event = 0usize;
-    let mut line_ended = false;
+    let mut at_line_start = true;
+    let mut after_cr = false;
     stream.map(move |chunk| {
         let chunk = chunk.map_err(|e| std::io::Error::other(e.without_url()))?;
         for &byte in chunk.iter() {
-            match byte {
-                b'\r' => {}
-                b'\n' if line_ended => in_event = 0,
-                b'\n' => line_ended = true,
-                _ => {
-                    line_ended = false;
-                    in_event += 1;
+            // Lines end in CRLF, LF or CR alone (the SSE grammar); an empty line ends the
+            // event.
+            let line_end = match byte {
+                b'\n' if after_cr => {
+                    after_cr = false;
+                    continue;
                 }
+                b'\n' => true,
+                b'\r' => {
+                    after_cr = true;
+                    true
+                }
+                _ => {
+                    after_cr = false;
+                    false
+                }
+            };
+            if line_end {
+                if at_line_start {
+                    in_event = 0;
+                }
+                at_line_start = true;
+            } else {
+                at_line_start = false;
+                in_event += 1;
             }
             if in_event > max {
                 return Err(std::io::Error::other(format!(
@@ -118,9 +137,9 @@ impl LegacySseTransport {
             match events.next().await {
                 Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
                     let data = event.data.unwrap_or_default();
-                    break url
-                        .join(data.trim())
-                        .map_err(|e| McpError::Connect(format!("bad endpoint '{data}': {e}")))?;
+                    break url.join(data.trim()).map_err(|e| {
+                        McpError::Connect(format!("bad endpoint '{}': {e}", super::excerpt(&data)))
+                    })?;
                 }
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(McpError::Connect(format!("SSE stream: {e}"))),
@@ -214,5 +233,42 @@ impl Transport<RoleClient> for LegacySseTransport {
 impl Drop for LegacySseTransport {
     fn drop(&mut self) {
         self.reader.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn passes(chunks: &[&str], max: usize) -> bool {
+        let stream = futures::stream::iter(
+            chunks
+                .iter()
+                .map(|c| Ok::<_, reqwest::Error>(bytes::Bytes::from(c.to_string())))
+                .collect::<Vec<_>>(),
+        );
+        let results: Vec<_> = capped_events(stream, max).collect().await;
+        results.iter().all(Result::is_ok)
+    }
+
+    #[tokio::test]
+    async fn events_are_counted_one_by_one_whatever_their_line_ends() {
+        let many = |end: &str| vec![format!("data: 0123456789{end}{end}"); 100];
+        for end in ["\n", "\r\n", "\r"] {
+            let events = many(end);
+            let chunks: Vec<&str> = events.iter().map(String::as_str).collect();
+            assert!(passes(&chunks, 32).await, "{end:?}: short events pass");
+        }
+        // One event split across chunks, and split inside a CRLF, is still one event.
+        assert!(passes(&["data: 01234", "56789\r", "\n\r", "\ndata: x\n\n"], 32).await);
+        assert!(!passes(&["data: ", "0123456789", "0123456789", "0123456789"], 32).await);
+        // Lines of one event add up until the empty line.
+        assert!(
+            !passes(
+                &["data: 0123456789\ndata: 0123456789\ndata: 0123456789\n"],
+                32
+            )
+            .await
+        );
     }
 }

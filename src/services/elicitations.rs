@@ -29,7 +29,6 @@ use crate::domain::{McpServer, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
 use crate::mcp::downstream::Downstream;
-use crate::security::UrlPolicy;
 
 /// What the user answers.
 pub struct Answer {
@@ -45,8 +44,6 @@ pub struct Elicitations {
     events: Arc<EventHub>,
     timeout: Duration,
     limits: ParkLimits,
-    /// What a URL-mode question may send its user to.
-    url_policy: Arc<UrlPolicy>,
     sampling: Sampling,
 }
 
@@ -55,7 +52,6 @@ impl Elicitations {
         events: Arc<EventHub>,
         timeout: Duration,
         limits: ParkLimits,
-        url_policy: Arc<UrlPolicy>,
         sampling: Sampling,
     ) -> Self {
         Self {
@@ -63,7 +59,6 @@ impl Elicitations {
             events,
             timeout,
             limits,
-            url_policy,
             sampling,
         }
     }
@@ -151,11 +146,8 @@ impl Elicitations {
                     json!({"mode": "form", "message": message, "requestedSchema": schema}),
                 )
             }
+            // The URL was judged where the question arrived (mcp::handler).
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
-                // The user is asked to open this URL: never a script or an inline document.
-                self.url_policy
-                    .check_for_person(url, "the elicitation's url")
-                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
                 (None, json!({"mode": "url", "message": message, "url": url}))
             }
             _ => {

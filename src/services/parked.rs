@@ -50,10 +50,19 @@ pub struct ParkLimits {
     pub per_server: usize,
 }
 
-/// A parked request's id and the answer it waits for.
-pub struct Waiting<A> {
+/// A parked request's id and the answer it waits for. Dropped (its call ended, was
+/// cancelled, or its wait is over), it leaves the parked requests at once, so a request
+/// whose caller is gone neither holds a place under the limits nor shows to its user.
+pub struct Waiting<M, A> {
     pub id: Uuid,
     answered: oneshot::Receiver<A>,
+    entries: Arc<Mutex<HashMap<Uuid, Entry<M, A>>>>,
+}
+
+impl<M, A> Drop for Waiting<M, A> {
+    fn drop(&mut self) {
+        self.entries.lock().expect("parked lock").remove(&self.id);
+    }
 }
 
 impl<M, A> Parked<M, A> {
@@ -64,7 +73,7 @@ impl<M, A> Parked<M, A> {
         server: Uuid,
         meta: M,
         limits: ParkLimits,
-    ) -> std::result::Result<Waiting<A>, String> {
+    ) -> std::result::Result<Waiting<M, A>, String> {
         let id = Uuid::new_v4();
         let (reply, answered) = oneshot::channel();
         let mut entries = self.entries.lock().expect("parked lock");
@@ -80,10 +89,10 @@ impl<M, A> Parked<M, A> {
             ));
         }
         if of_user >= limits.per_user {
-            return Err(format!(
-                "this user already has {of_user} requests of servers waiting (at most {})",
-                limits.per_user
-            ));
+            // Says nothing of the user's other servers.
+            return Err(
+                "the user has too many requests of servers waiting; ask again later".into(),
+            );
         }
         entries.insert(
             id,
@@ -94,16 +103,17 @@ impl<M, A> Parked<M, A> {
                 reply,
             },
         );
-        Ok(Waiting { id, answered })
+        Ok(Waiting {
+            id,
+            answered,
+            entries: self.entries.clone(),
+        })
     }
 
     /// The answer, or `None` once `timeout` passed (the request is then withdrawn).
-    pub async fn wait(&self, waiting: Waiting<A>, timeout: Duration) -> Option<A> {
-        let answer = tokio::time::timeout(timeout, waiting.answered).await;
-        self.entries
-            .lock()
-            .expect("parked lock")
-            .remove(&waiting.id);
+    pub async fn wait(&self, mut waiting: Waiting<M, A>, timeout: Duration) -> Option<A> {
+        let answer = tokio::time::timeout(timeout, &mut waiting.answered).await;
+        drop(waiting);
         answer.ok().and_then(Result::ok)
     }
 

@@ -124,13 +124,14 @@ impl Sampling {
         request.max_tokens = Some(params["maxTokens"].as_u64().map_or(self.max_tokens, |n| {
             n.min(u64::from(self.max_tokens)) as u32
         }));
-        // A chat turn of its user's, counted before anyone is asked: a server cannot
-        // spend more of the user's model, nor park more requests, than the user's chats.
-        self.rate_limits
-            .chat_turn(user)
-            .map_err(|e| refused(&e.to_string()))?;
+        // A chat turn of its user's: counted before the model runs, and for `ask` once
+        // the request is parked, before the user is asked (a refused one costs nothing).
         if policy.policy == SamplingPolicy::Ask {
             self.ask(user, server, provider, model, &params).await?;
+        } else {
+            self.rate_limits
+                .chat_turn(user)
+                .map_err(|e| refused(&e.to_string()))?;
         }
         let handle = self
             .llm
@@ -158,6 +159,10 @@ impl Sampling {
             .parked
             .park(user, server, (), self.limits)
             .map_err(|refusal| refused(&format!("sampling request refused: {refusal}")))?;
+        // Refused here, the request leaves the parked ones as `waiting` is dropped.
+        self.rate_limits
+            .chat_turn(user)
+            .map_err(|e| refused(&e.to_string()))?;
         let id = waiting.id;
         let expires_at: DateTime<Utc> =
             Utc::now() + chrono::Duration::from_std(self.timeout).unwrap_or_default();
