@@ -19,7 +19,8 @@ async fn tool_names(app: &TestApp) -> Vec<String> {
         .collect()
 }
 
-async fn call(app: &TestApp, name: &str, arguments: Value) -> Value {
+/// User `u`'s call of tool `name` for assistant `a1`, waited for: the tool call's record.
+pub async fn call(app: &TestApp, name: &str, arguments: Value) -> Value {
     let message = uuid::Uuid::new_v4();
     let reply = app
         .user(

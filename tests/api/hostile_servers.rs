@@ -139,24 +139,11 @@ async fn a_global_servers_question_is_refused_at_once() {
         s.elicitation.timeout_secs = 1;
     })
     .await;
-    let message = uuid::Uuid::new_v4();
-    let reply = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/messages/{message}/tool-calls?wait=20"),
-            Some(json!({"assistantId": "a1", "calls": [
-                {"id": "c", "name": "mcp__asker__ask_many", "arguments": {"count": 1}}
-            ]})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let text = reply.body["toolCalls"][0]["response"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let outcome: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    assert_eq!(outcome["error"], 1, "{}", reply.text);
+    let record =
+        crate::global_servers::call(&app, "mcp__asker__ask_many", json!({"count": 1})).await;
+    let text = record["response"][0]["text"].as_str().unwrap_or_default();
+    let outcome: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    assert_eq!(outcome["error"], 1, "{record}");
     assert!(
         outcome["firstError"]
             .as_str()

@@ -142,21 +142,12 @@ async fn answer(
 /// has no such address (IPv6 off).
 async fn forbidden(ip: &str) -> Option<(String, Arc<AtomicUsize>)> {
     let ip: IpAddr = ip.parse().unwrap();
-    let listener = TcpListener::bind((ip, 0)).await.ok()?;
-    let address = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            drop(socket);
-        }
-    });
-    let host = match ip {
-        IpAddr::V4(_) => address.to_string(),
-        IpAddr::V6(v6) => format!("[{v6}]:{}", address.port()),
+    let (port, accepted) = crate::upstreams::counting_listener(ip).await.ok()?;
+    let url = match ip {
+        IpAddr::V4(v4) => format!("http://{v4}:{port}"),
+        IpAddr::V6(v6) => format!("http://[{v6}]:{port}"),
     };
-    Some((format!("http://{host}"), accepted))
+    Some((url, accepted))
 }
 
 /// A service whose policy allows 127.0.0.1 alone among loopback and private addresses.

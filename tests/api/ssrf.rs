@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::helpers::{Reply, TestApp, spawn_app_with};
-use crate::upstreams::eventually;
+use crate::upstreams::{counting_listener, eventually};
 
 /// Answers in turn from `script` (the last answer repeats); `None` is "no such name".
 struct ScriptedDns {
@@ -55,21 +55,6 @@ async fn host_name_on_loopback() -> Option<(String, IpAddr)> {
         .map(|a| a.ip())
         .find(|ip| ip.is_loopback())?;
     Some((name, ip))
-}
-
-/// A listener that only counts who connects to it.
-async fn counting_listener(ip: IpAddr) -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind((ip, 0)).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            drop(socket);
-        }
-    });
-    (port, accepted)
 }
 
 /// A service with the default policy (no loopback) and a scripted DNS for `name`.
@@ -111,7 +96,7 @@ async fn a_name_that_rebinds_to_loopback_after_its_checks_is_never_dialled() {
         eprintln!("skipped: this machine's host name does not resolve to loopback");
         return;
     };
-    let (port, accepted) = counting_listener(loopback).await;
+    let (port, accepted) = counting_listener(loopback).await.unwrap();
     // Saved while the name did not resolve; public when the connection is built; then
     // the name server answers with the machine's loopback address.
     let app = strict_app(
@@ -156,7 +141,7 @@ async fn a_xiaozhi_bridge_never_dials_an_endpoint_that_now_resolves_to_loopback(
         eprintln!("skipped: this machine's host name does not resolve to loopback");
         return;
     };
-    let (port, accepted) = counting_listener(loopback).await;
+    let (port, accepted) = counting_listener(loopback).await.unwrap();
     let app = strict_app(&name, vec![None, Some(loopback)]).await;
     let put = app
         .user(

@@ -251,3 +251,22 @@ pub async fn counting_proxy(target: u16) -> (u16, std::sync::Arc<std::sync::atom
     });
     (port, accepted)
 }
+
+/// A listener on `ip` that only counts who connects to it (a stand-in for an address the
+/// service must never dial); its port.
+pub async fn counting_listener(
+    ip: std::net::IpAddr,
+) -> std::io::Result<(u16, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
+    let port = listener.local_addr()?.port();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    Ok((port, accepted))
+}

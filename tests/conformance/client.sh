@@ -31,22 +31,7 @@ conformance=(node --import "$here/suite-preload.mjs" "$here/node_modules/@modelc
 [ -x "$pool" ] || { echo "no pool binary at $pool (cargo build, or set POOL)" >&2; exit 2; }
 rm -rf "$out"
 mkdir -p "$out"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  return 1
-}
+source "$here/common.sh"
 
 # The scenarios: those given, or every client scenario of a dated revision from `list`.
 if [ $# -gt 0 ]; then

