@@ -184,6 +184,22 @@ fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
 /// the rest internal errors; both carry the stable code.
 /// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
 /// errors; a call that was made and failed is a result the model should read.
+/// Whether the request's client speaks a revision without `initialize` (2026-07-28).
+fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
+/// A 2026-07-28 client learns from `resultType` what a result is, and refuses one without
+/// it (the Vercel AI SDK, mastra). An upstream of an older revision sends none, and rmcp
+/// passes on what it read: for such a client the gateway says the result is complete.
+fn typed(result_type: &mut Option<ResultType>, modern: bool) {
+    if modern {
+        result_type.get_or_insert(ResultType::COMPLETE);
+    }
+}
+
 fn call_outcome(result: Result<CallToolResult, Error>) -> Result<CallToolResult, ErrorData> {
     match result {
         Ok(result) => Ok(result),
@@ -239,10 +255,7 @@ impl GatewayHandler {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Option<Result<CallToolResponse, ErrorData>> {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|version| !version.has_initialize());
-        if !modern {
+        if !speaks_modern(context) {
             return None;
         }
         if let Some(state) = &request.request_state {
@@ -483,8 +496,13 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
         Box::pin(self.service.complete(&principal, request))
             .await
+            .map(|mut result| {
+                typed(&mut result.result_type, modern);
+                result
+            })
             .map_err(to_mcp_error)
     }
 
@@ -599,7 +617,12 @@ impl ServerHandler for GatewayHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Box::pin(self.call(request, context)).await
+        let modern = speaks_modern(&context);
+        let mut response = Box::pin(self.call(request, context)).await;
+        if let Ok(CallToolResponse::Complete(result)) = &mut response {
+            typed(&mut result.result_type, modern);
+        }
+        response
     }
 
     async fn list_resources(
@@ -632,9 +655,13 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
         Box::pin(self.service.read_resource(&principal, &request.uri))
             .await
-            .map(Into::into)
+            .map(|mut result| {
+                typed(&mut result.result_type, modern);
+                result.into()
+            })
             .map_err(to_mcp_error)
     }
 
@@ -656,12 +683,16 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
         Box::pin(
             self.service
                 .get_prompt(&principal, &request.name, request.arguments),
         )
         .await
-        .map(Into::into)
+        .map(|mut result| {
+            typed(&mut result.result_type, modern);
+            result.into()
+        })
         .map_err(to_mcp_error)
     }
 

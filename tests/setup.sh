@@ -10,6 +10,9 @@ npm ci --prefix tests/upstreams --no-audit --no-fund
 # The official MCP conformance suite, Node 22 for it, and its everything-server.
 npm ci --prefix tests/conformance --no-audit --no-fund
 npm ci --prefix tests/conformance/everything-server --no-audit --no-fund
+# MCP client libraries backends use (the Vercel AI SDK's, mastra's), run against the gateway
+# by tests/api/js_clients.rs with the Node 22 above.
+npm ci --prefix tests/clients/js --no-audit --no-fund
 # The console's browser tests (tests/console): playwright-core driving Debian's chromium.
 npm ci --prefix tests/console --no-audit --no-fund
 # nginx: in front of instances (tests/api/nginx.rs) and as a TLS server offering HTTP/2

@@ -25,6 +25,7 @@ mod helpers;
 mod hostile_servers;
 mod http2_upstreams;
 mod isolation;
+mod js_clients;
 mod keys;
 mod llm_script;
 mod logging;
