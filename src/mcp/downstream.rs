@@ -49,7 +49,15 @@ pub struct Callers {
     /// The connection's user, for requests no single call answers; `None` for a server
     /// shared by all users.
     owner: Option<Arc<dyn Downstream>>,
+    /// The span of the last call to leave when it left the connection without calls, and
+    /// when: see [`Callers::only_call_span`].
+    last_alone: Mutex<Option<(std::time::Instant, tracing::Span)>>,
 }
+
+/// How long after the only call ended what the server says is still taken to be its: rmcp
+/// handles each notification in a task of its own, so one the server sent just before its
+/// answer may run after the answer reached its caller.
+const LATE_NOTICE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Leaves [`Callers`] when the call ends (answered, failed or abandoned).
 pub struct CallerGuard {
@@ -59,11 +67,15 @@ pub struct CallerGuard {
 
 impl Drop for CallerGuard {
     fn drop(&mut self) {
-        self.callers
-            .calls
-            .lock()
-            .expect("callers lock")
-            .retain(|(id, _, _)| *id != self.id);
+        let mut calls = self.callers.calls.lock().expect("callers lock");
+        let Some(at) = calls.iter().position(|(id, _, _)| *id == self.id) else {
+            return;
+        };
+        let (_, _, span) = calls.remove(at);
+        if calls.is_empty() {
+            *self.callers.last_alone.lock().expect("callers lock") =
+                Some((std::time::Instant::now(), span));
+        }
     }
 }
 
@@ -88,9 +100,18 @@ impl Callers {
     }
 
     /// The span of the only call in flight: what the server says meanwhile belongs to it.
+    /// With none in flight, that of the call that was alone and ended less than
+    /// [`LATE_NOTICE`] ago (what the server said before its answer, handled after it).
     pub fn only_call_span(&self) -> Option<tracing::Span> {
         match self.calls.lock().expect("callers lock").as_slice() {
             [(_, _, span)] => Some(span.clone()),
+            [] => self
+                .last_alone
+                .lock()
+                .expect("callers lock")
+                .as_ref()
+                .filter(|(left, _)| left.elapsed() < LATE_NOTICE)
+                .map(|(_, span)| span.clone()),
             _ => None,
         }
     }

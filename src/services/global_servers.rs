@@ -286,28 +286,27 @@ impl GlobalServersReloader {
         };
         let mut status = self.servers.status();
         status.file = Some(self.file.display().to_string());
-        let outcome = match result {
+        let (outcome, to_stop) = match result {
             Ok(next) => {
                 let diff = self.servers.replace(next);
-                for name in diff.changed.iter().chain(&diff.removed) {
-                    self.pool
-                        .stop_server(&UserId::global(), GlobalServers::id_of(name))
-                        .await;
-                }
                 status.loaded_at = Some(crate::domain::now());
                 status.last_error = None;
                 tracing::info!(
                     added = ?diff.added, changed = ?diff.changed, removed = ?diff.removed,
                     "global servers reloaded"
                 );
-                Ok(diff)
+                let to_stop: Vec<String> =
+                    diff.changed.iter().chain(&diff.removed).cloned().collect();
+                (Ok(diff), to_stop)
             }
             Err(error) => {
                 tracing::error!(file = %self.file.display(), %error, "global servers file rejected; the previous set stays");
                 status.last_error = Some(error.clone());
-                Err(error)
+                (Err(error), Vec::new())
             }
         };
+        // The status says what is offered from the moment it is offered; the connections
+        // of changed and removed servers are stopped after (a stdio server may take seconds).
         let current = self
             .servers
             .current
@@ -325,6 +324,11 @@ impl GlobalServersReloader {
         views.sort_by(|a, b| a.name.cmp(&b.name));
         status.servers = views;
         *self.servers.status.lock().expect("status lock") = status;
+        for name in to_stop {
+            self.pool
+                .stop_server(&UserId::global(), GlobalServers::id_of(&name))
+                .await;
+        }
         outcome
     }
 

@@ -40,6 +40,14 @@ async fn status(app: &TestApp) -> Value {
         .body
 }
 
+/// Writes the file the service polls as an editor saving it would: whole, by a rename, so
+/// that a poll never reads it half-written.
+fn replace_file(path: &std::path::Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let next = path.with_extension("toml.next");
+    std::fs::write(&next, text)?;
+    std::fs::rename(&next, path)
+}
+
 fn fixture_section(greeting: &str) -> String {
     format!(
         "[servers.fx]\ntype = \"stdio\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nenv = {{ FIXTURE_GREETING = \"{greeting}\" }}\nauto_approve_tools = [\"pid\"]\n",
@@ -81,7 +89,7 @@ async fn global_servers_are_offered_to_every_assistant_and_reloaded_as_a_diff() 
     assert!(before.is_some(), "{:?}", app.connections().await);
 
     // Change fx only: its connection restarts (a new process), calc's stays.
-    std::fs::write(&file, format!("{CALC}{}", fixture_section("two"))).unwrap();
+    replace_file(&file, format!("{CALC}{}", fixture_section("two"))).unwrap();
     eventually("the change is applied", || async {
         status(&app).await["loadedAt"] != Value::Null
             && call(&app, "mcp__fx__pid", json!({})).await["response"][0]["text"] != fx_pid
@@ -94,7 +102,7 @@ async fn global_servers_are_offered_to_every_assistant_and_reloaded_as_a_diff() 
     );
 
     // A broken file is refused whole; the servers stay.
-    std::fs::write(&file, "[servers.calc\n").unwrap();
+    replace_file(&file, "[servers.calc\n").unwrap();
     eventually("the error is reported", || async {
         status(&app).await["lastError"].is_string()
     })
@@ -106,7 +114,7 @@ async fn global_servers_are_offered_to_every_assistant_and_reloaded_as_a_diff() 
     );
 
     // Add one, remove one.
-    std::fs::write(
+    replace_file(
         &file,
         format!("{CALC}[servers.clock]\ntype = \"embedded\"\nembedded = \"clock\"\n"),
     )
