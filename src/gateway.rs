@@ -180,10 +180,6 @@ fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
     })
 }
 
-/// An error as an MCP client sees it: the client's own mistakes are invalid params,
-/// the rest internal errors; both carry the stable code.
-/// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
-/// errors; a call that was made and failed is a result the model should read.
 /// Whether the request's client speaks a revision without `initialize` (2026-07-28).
 fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
     context
@@ -200,6 +196,8 @@ fn typed(result_type: &mut Option<ResultType>, modern: bool) {
     }
 }
 
+/// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
+/// errors; a call that was made and failed is a result the model should read.
 fn call_outcome(result: Result<CallToolResult, Error>) -> Result<CallToolResult, ErrorData> {
     match result {
         Ok(result) => Ok(result),
@@ -211,6 +209,8 @@ fn call_outcome(result: Result<CallToolResult, Error>) -> Result<CallToolResult,
     }
 }
 
+/// An error as an MCP client sees it: the client's own mistakes are invalid params,
+/// the rest internal errors; both carry the stable code.
 fn to_mcp_error(error: Error) -> ErrorData {
     let data = Some(json!({"code": error.code()}));
     match &error {

@@ -46,6 +46,10 @@ struct SealedSession {
     expires: i64,
 }
 
+fn invalid_session() -> Error {
+    Error::Unauthorized("the console session is not valid; sign in again".into())
+}
+
 /// The CSRF token of a console session: a digest of the (HttpOnly) cookie, which a page
 /// of another origin can neither read nor compute.
 pub fn console_csrf(cookie: &str) -> String {
@@ -103,12 +107,15 @@ impl KeyService {
 
     /// The session a console cookie holds, if it is one this service sealed.
     fn open_session(&self, cookie: &str) -> Result<(SealedSession, chrono::DateTime<chrono::Utc>)> {
-        let invalid =
-            || Error::Unauthorized("the console session is not valid; sign in again".into());
-        let opened = self.store.cipher().open(cookie).map_err(|_| invalid())?;
-        let session: SealedSession = serde_json::from_str(&opened).map_err(|_| invalid())?;
+        let opened = self
+            .store
+            .cipher()
+            .open(cookie)
+            .map_err(|_| invalid_session())?;
+        let session: SealedSession =
+            serde_json::from_str(&opened).map_err(|_| invalid_session())?;
         let expires_at =
-            chrono::DateTime::from_timestamp(session.expires, 0).ok_or_else(invalid)?;
+            chrono::DateTime::from_timestamp(session.expires, 0).ok_or_else(invalid_session)?;
         Ok((session, expires_at))
     }
 
@@ -130,8 +137,6 @@ impl KeyService {
         &self,
         cookie: &str,
     ) -> Result<(Principal, chrono::DateTime<chrono::Utc>)> {
-        let signed_out =
-            || Error::Unauthorized("the console session is not valid; sign in again".into());
         let (session, expires_at) = self.open_session(cookie)?;
         if expires_at <= crate::domain::now() {
             return Err(Error::Unauthorized(
@@ -145,7 +150,7 @@ impl KeyService {
         }
         let principal = self.authenticate(&session.key).await?;
         if principal.role != ApiKeyRole::Admin {
-            return Err(signed_out());
+            return Err(invalid_session());
         }
         Ok((principal, expires_at))
     }

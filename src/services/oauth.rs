@@ -147,13 +147,13 @@ fn state_hash(state: &str) -> String {
     hex::encode(Sha256::digest(state.as_bytes()))
 }
 
-/// The server's URL as the OAuth resource (RFC 8707): without credentials, query or
-/// fragment.
 /// The resource (origin and path) a server's tokens are bound to; None for a local server.
 pub fn resource_of(spec: &crate::domain::ServerSpec) -> Option<Url> {
     spec.transport.remote().map(resource_url)
 }
 
+/// The server's URL as the OAuth resource (RFC 8707): without credentials, query or
+/// fragment.
 fn resource_url(endpoint: &RemoteEndpoint) -> Url {
     let mut url = endpoint.url.expose().clone();
     let _ = url.set_username("");
@@ -374,11 +374,6 @@ impl OAuthService {
             .get_authorization_url(&scope_refs)
             .await
             .map_err(server_error)?;
-        self.inner
-            .http
-            .policy()
-            .check_for_person(&authorization_url, "the authorization URL")
-            .map_err(|reason| OAuthError::EndpointRefused(reason.to_string()))?;
         let (csrf, state) = captured
             .take()
             .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("rmcp kept no PKCE state")))?;

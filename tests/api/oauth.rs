@@ -53,7 +53,8 @@ async fn create(app: &TestApp, user: &str, fixture: &HttpUpstream, extra: Value)
     app.create_server_ok(user, body).await
 }
 
-async fn start(app: &TestApp, user: &str, server: &str) -> Reply {
+/// `POST /api/mcp-servers/{server}/oauth/authorize` as `user`.
+pub async fn start(app: &TestApp, user: &str, server: &str) -> Reply {
     app.user(
         user,
         Method::POST,

@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode as AxumStatus;
 use axum::response::Response;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -168,13 +168,7 @@ async fn authorize(app: &TestApp, user: &str, mcp: &Scripted) -> Reply {
                    "type": "streamableHttp", "baseUrl": format!("{}/mcp", mcp.base)}),
         )
         .await;
-    app.user(
-        user,
-        Method::POST,
-        &format!("/api/mcp-servers/{server}/oauth/authorize"),
-        None,
-    )
-    .await
+    crate::oauth::start(app, user, &server).await
 }
 
 #[tokio::test]
