@@ -35,6 +35,23 @@ pub struct GrpcApi {
     shutdown: CancellationToken,
 }
 
+/// Serves the gRPC interface on `listener` until `shutdown` is cancelled; update streams
+/// end with it.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    services: Services,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_service(server(services, shutdown.clone()))
+        .serve_with_incoming_shutdown(
+            // Without TCP_NODELAY small responses wait on delayed ACKs (~40 ms).
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown.cancelled_owned(),
+        )
+        .await
+}
+
 pub fn server(services: Services, shutdown: CancellationToken) -> McpPoolServer<GrpcApi> {
     McpPoolServer::new(GrpcApi { services, shutdown })
 }
@@ -70,7 +87,7 @@ impl GrpcApi {
             .get(USER_ID_KEY)
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| status::from_error(&Error::validation("missing metadata x-user-id")))?;
-        let user = UserId::parse(user).map_err(|e| status::from_error(&e))?;
+        let user = UserId::parse(user).map_err(|e| status::from_error(&e.into()))?;
         Ok((user, principal))
     }
 }
@@ -171,7 +188,8 @@ impl McpPool for GrpcApi {
                 }
             }
         } else {
-            let assistant = AssistantId::parse(&assistant).map_err(|e| status::from_error(&e))?;
+            let assistant =
+                AssistantId::parse(&assistant).map_err(|e| status::from_error(&e.into()))?;
             let listing = upstream
                 .assistant_tools(&user, &assistant)
                 .await

@@ -1,39 +1,28 @@
-//! mcp-pool: a multi-tenant MCP connection-pool service.
+//! mcp-pool: a multi-tenant MCP connection-pool service. This crate is the top floor: the
+//! HTTP API ([`api`], axum), the gRPC interface ([`grpc`], tonic) and start-up
+//! ([`startup`]); the floors below are crates of their own (see ARCHITECTURE.md):
 //!
-//! A tour of the layers, outside in (see ARCHITECTURE.md for the invariants):
-//! - [`api`]: axum routes, auth extractors, request/response shapes, the one error mapping.
-//! - [`app`]: the aggregate of every service, built once; what `api` and `grpc` hold.
-//! - [`services`]: domain logic and rules (limits, presets, URL policy, key handling).
-//! - [`agent`]: the chat loop (LLM rounds, tool calls, prompt mode) on top of services.
-//! - [`llm`]: the LLM providers' wire formats, streaming and retries.
-//! - [`domain`]: validated types (`UserId`, `ServerName`, `ServerSpec`, `PresetSpec`, ...).
-//! - [`store`]: sea-orm entities and repositories; the only module that touches the DB.
-//! - [`security`]: sealing secrets at rest, the outbound-URL guard, API key material.
-//! - [`config`], [`telemetry`], [`startup`]: settings, logging, and `Application`.
+//! - `mcp-pool-services`: the rules, confirmations, the cluster, the agent loop, the
+//!   gateway, the aggregate `app::Services` and the service-level `error::Error`;
+//! - `mcp-pool-upstream`: the MCP client, the connection actors and pool, metrics, the
+//!   OAuth client;
+//! - `mcp-pool-llm`: the LLM providers;
+//! - `mcp-pool-store`: the repositories (the only crate that knows sea-orm);
+//! - `mcp-pool-core`: domain types, settings, the URL policy, events, telemetry.
+//!
+//! Their modules are re-exported here under their own names, so `crate::services::…`
+//! reads the same in every crate and the tests, benches and load tool reach them as
+//! `mcp_pool::…`.
 
-mod actors;
-pub mod agent;
 pub mod api;
-pub mod app;
-pub mod cluster;
-pub mod config;
-pub mod confirm;
-pub mod domain;
-pub mod embedded;
-pub mod error;
-pub mod events;
-pub mod gateway;
 pub mod grpc;
-pub mod llm;
-pub mod mcp;
-pub mod metrics;
-pub mod oauth;
-pub mod pool;
-pub mod security;
-pub mod services;
 pub mod startup;
-pub mod store;
-pub mod telemetry;
+
+pub use mcp_pool_core::{config, domain, events, security, telemetry};
+pub use mcp_pool_llm as llm;
+pub use mcp_pool_services::{agent, app, cluster, confirm, error, gateway, services};
+pub use mcp_pool_store as store;
+pub use mcp_pool_upstream::{embedded, mcp, metrics, oauth, pool};
 
 pub use config::Settings;
 pub use startup::Application;

@@ -10,7 +10,7 @@ use crate::api::{self, AppContext, AppState};
 use crate::app::Services;
 use crate::config::Settings;
 use crate::pool::{Pool, PoolError};
-use crate::security::{Cipher, CryptoError};
+use crate::security::{Cipher, CryptoError, UrlPolicy};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +59,16 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StartupError> {
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let url_policy = UrlPolicy::from_settings(&settings.security);
+        Self::build_with_policy(settings, url_policy).await
+    }
+
+    /// Like [`Application::build`], with the URL policy given: how a test hands the
+    /// service a scripted DNS (`UrlPolicy::with_lookup`).
+    pub async fn build_with_policy(
+        settings: Settings,
+        url_policy: UrlPolicy,
+    ) -> Result<Self, StartupError> {
         let settings = Arc::new(settings);
         let store = open_store(&settings).await?;
         let cluster = crate::cluster::Cluster::join(
@@ -72,7 +82,7 @@ impl Application {
             Arc::new(crate::metrics::Metrics::new()),
         )
         .await?;
-        let services = Services::new(store, settings.clone(), pool, cluster)
+        let services = Services::new(store, settings.clone(), pool, cluster, Arc::new(url_policy))
             .await
             .map_err(StartupError::Bootstrap)?;
         // Calls a previous process left open are settled before anything is served.
@@ -172,27 +182,19 @@ impl Application {
         });
         let grpc = self.grpc.map(|(listener, port)| {
             tracing::info!(port, "gRPC listening");
-            let stopping = shutdown.clone();
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .add_service(crate::grpc::server(
-                        self.state.services.clone(),
-                        shutdown.clone(),
-                    ))
-                    .serve_with_incoming_shutdown(
-                        // Without TCP_NODELAY small responses wait on delayed ACKs (~40 ms).
-                        tonic::transport::server::TcpIncoming::from(listener)
-                            .with_nodelay(Some(true)),
-                        async move { stopping.cancelled().await },
-                    ),
-            )
+            tokio::spawn(crate::grpc::serve(
+                listener,
+                self.state.services.clone(),
+                shutdown.clone(),
+            ))
         });
         let stopping = shutdown.clone();
         let grace_over = self.state.grace_over.clone();
-        let server = axum::serve(with_nodelay(self.listener), api::router(self.state))
-            .with_graceful_shutdown(async move { stopping.cancelled().await });
+        let server = api::serve(self.listener, self.state, async move {
+            stopping.cancelled().await
+        });
         tracing::info!(port = self.port, "mcp-pool listening");
-        let mut server = std::pin::pin!(server.into_future());
+        let mut server = std::pin::pin!(server);
         tokio::select! {
             result = &mut server => result.map_err(StartupError::Serve)?,
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -223,20 +225,6 @@ impl Application {
     }
 }
 
-/// The HTTP listener as served: every accepted socket gets TCP_NODELAY. Without it an
-/// answer written in pieces (rmcp's SSE: headers and a priming event, then the result)
-/// waits for the client's delayed ACK, ~40 ms on every call of a kept-alive client.
-pub fn with_nodelay(
-    listener: TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|socket| {
-        if let Err(error) = socket.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY on an accepted socket");
-        }
-    })
-}
-
 async fn termination_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -257,20 +245,5 @@ async fn termination_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = terminate => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::serve::Listener;
-
-    #[tokio::test]
-    async fn accepted_sockets_have_nodelay() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let mut served = super::with_nodelay(listener);
-        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (socket, _) = served.accept().await;
-        assert!(socket.nodelay().unwrap());
     }
 }

@@ -1,6 +1,6 @@
 //! Isolates the pool's client-side call cost: `McpClient::call_tool` (timeouts, progress,
 //! cancellation) against rmcp's own `peer.call_tool` on the same fixture over stdio, and
-//! the cost of argument validation. Run after `cargo build --release --bins`:
+//! the cost of argument validation. Run after `cargo build --release -p mcp-pool -p mcp-fixture`:
 //! `cargo run -p loadtest --release --example call_probe`.
 
 use std::sync::Arc;

@@ -14,7 +14,7 @@ use tokio::io::AsyncBufReadExt;
 
 pub const ADMIN_KEY: &str = "loadtest-admin-key-0123456789";
 
-/// A binary of the `mcp-pool` package next to this one. Under `cargo run` (which sets
+/// A binary of the service or the fixture next to this one. Under `cargo run` (which sets
 /// `CARGO`) a missing one is built first, so one command starts everything.
 pub fn sibling_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
@@ -24,20 +24,32 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf> {
     }
     let Ok(cargo) = std::env::var("CARGO") else {
         bail!(
-            "{} is missing: run `cargo build --release --bins` first",
+            "{} is missing: run `cargo build --release -p mcp-pool -p mcp-fixture` first",
             path.display()
         );
     };
-    let release = exe
-        .parent()
+    // The profile this binary was built with, named by its directory (target/<profile>,
+    // or target/<profile>/examples for an example).
+    let profile = exe
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.file_name().is_some_and(|name| name != "examples"))
         .and_then(|dir| dir.file_name())
-        .is_some_and(|dir| dir == "release");
+        .and_then(|dir| dir.to_str())
+        .map(|dir| if dir == "debug" { "dev" } else { dir })
+        .unwrap_or("dev")
+        .to_owned();
     eprintln!("building the mcp-pool binaries ({name} is missing)...");
     let mut build = std::process::Command::new(cargo);
-    build.args(["build", "-p", "mcp-pool", "--bins"]);
-    if release {
-        build.arg("--release");
-    }
+    build.args([
+        "build",
+        "-p",
+        "mcp-pool",
+        "-p",
+        "mcp-fixture",
+        "--profile",
+        &profile,
+    ]);
     if !build.status()?.success() || !path.exists() {
         bail!("could not build {}", path.display());
     }

@@ -14,9 +14,9 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::AdminContext;
 use super::error::ApiError;
+use super::external_id::ExternalId;
 use super::extract::{Path, Query};
-use super::openapi::ExternalId;
-use crate::pool::{ConnectionCensus, ConnectionInfo};
+use crate::pool::{ConnectionInfo, census};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -118,7 +118,7 @@ async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonRespo
 
 /// The `/admin/stats` body (also sent on `/admin/events` as `stats`).
 pub(super) fn stats_body(state: &AppState) -> Value {
-    let census = ConnectionCensus::of(&state.services.upstream.connections());
+    let census = census(&state.services.upstream.connections());
     json!({
         "connections": {
             "total": census.total,

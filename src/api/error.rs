@@ -15,6 +15,7 @@ use crate::mcp::McpError;
 use crate::oauth::OAuthError;
 use crate::pool::PoolError;
 use crate::store::StoreError;
+use mcp_pool_core::InvalidInput;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -262,6 +263,12 @@ impl From<JsonRejection> for ApiError {
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
             other => ApiError::BadRequest(other.body_text()),
         }
+    }
+}
+
+impl From<InvalidInput> for ApiError {
+    fn from(invalid: InvalidInput) -> Self {
+        ApiError::Domain(invalid.into())
     }
 }
 

@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use crate::metrics::{HttpLabels, LiveCounts};
-use crate::pool::ConnectionCensus;
+use crate::pool::census;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(scrape))
@@ -26,7 +26,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 async fn scrape(State(state): State<AppState>) -> Response {
     let services = &state.services;
     let live = LiveCounts {
-        connections: ConnectionCensus::of(&services.upstream.connections()),
+        connections: census(&services.upstream.connections()),
         confirmation_actors: services.confirmations.active_messages() as i64,
         parked_calls: services.confirmations.parked_calls(),
     };

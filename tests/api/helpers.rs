@@ -3,8 +3,9 @@
 //! SQLite in a temporary directory by default; when `DATABASE_URL` points at PostgreSQL,
 //! each test gets its own freshly created database on that server instead.
 
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
+use mcp_pool::security::{NameLookup, UrlPolicy};
 use mcp_pool::{Application, Settings};
 use reqwest::{Method, StatusCode};
 use sea_orm::{ConnectionTrait, Database};
@@ -27,6 +28,8 @@ pub struct TestApp {
     shutdown: CancellationToken,
     server: Option<JoinHandle<()>>,
     _data_dir: TempDir,
+    /// The scripted DNS the service asks, kept for its restarts and other instances.
+    lookup: Option<Arc<dyn NameLookup>>,
 }
 
 /// A response reduced to what tests assert on.
@@ -77,6 +80,15 @@ pub async fn spawn_app() -> TestApp {
 
 /// Like [`spawn_app`], with a chance to change settings first.
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_resolving(None, adjust).await
+}
+
+/// Like [`spawn_app_with`], the service asking `lookup` (a scripted DNS) for the
+/// addresses of names.
+pub async fn spawn_app_resolving(
+    lookup: Option<Arc<dyn NameLookup>>,
+    adjust: impl FnOnce(&mut Settings),
+) -> TestApp {
     TRACING.call_once(|| {
         if std::env::var("TEST_LOG").is_ok() {
             // Nothing is exported (no OTLP endpoint), so the guard has nothing to keep.
@@ -91,7 +103,7 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
     settings.database.url = fresh_database_url().await.into();
     settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
     adjust(&mut settings);
-    let mut app = start(settings, data_dir).await;
+    let mut app = start(settings, data_dir, lookup).await;
     let key = app
         .admin(
             Method::POST,
@@ -104,8 +116,16 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp {
     app
 }
 
-async fn start(settings: Settings, data_dir: TempDir) -> TestApp {
-    let app = Application::build(settings.clone())
+async fn start(
+    settings: Settings,
+    data_dir: TempDir,
+    lookup: Option<Arc<dyn NameLookup>>,
+) -> TestApp {
+    let mut policy = UrlPolicy::from_settings(&settings.security);
+    if let Some(lookup) = lookup.clone() {
+        policy = policy.with_lookup(lookup);
+    }
+    let app = Application::build_with_policy(settings.clone(), policy)
         .await
         .expect("service builds");
     let address = format!("http://127.0.0.1:{}", app.port());
@@ -123,6 +143,7 @@ async fn start(settings: Settings, data_dir: TempDir) -> TestApp {
         shutdown,
         server: Some(server),
         _data_dir: data_dir,
+        lookup,
     }
 }
 
@@ -164,7 +185,12 @@ impl TestApp {
     /// On PostgreSQL it returns once this instance knows of the new one (it has heard its
     /// `Joined` note), so changes made here reach it from the first one.
     pub async fn another_instance(&self) -> TestApp {
-        let mut app = start(self.settings.clone(), tempfile::tempdir().unwrap()).await;
+        let mut app = start(
+            self.settings.clone(),
+            tempfile::tempdir().unwrap(),
+            self.lookup.clone(),
+        )
+        .await;
         app.service_key = self.service_key.clone();
         if self.on_postgres() {
             crate::upstreams::eventually("the first instance knows the new one", || async {
@@ -187,7 +213,7 @@ impl TestApp {
         let service_key = std::mem::take(&mut self.service_key);
         let settings = self.settings.clone();
         let data_dir = std::mem::replace(&mut self._data_dir, tempfile::tempdir().unwrap());
-        let mut app = start(settings, data_dir).await;
+        let mut app = start(settings, data_dir, self.lookup.clone()).await;
         app.service_key = service_key;
         app
     }

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
-use mcp_pool::security::url_guard::{LookupOverride, NameLookup};
+use mcp_pool::security::NameLookup;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-use crate::helpers::{Reply, TestApp, spawn_app_with};
+use crate::helpers::{Reply, TestApp, spawn_app_resolving};
 use crate::upstreams::{counting_listener, eventually};
 
 /// Answers in turn from `script` (the last answer repeats); `None` is "no such name".
@@ -64,11 +64,7 @@ async fn strict_app(name: &str, script: Vec<Option<IpAddr>>) -> TestApp {
         script,
         asked: AtomicUsize::new(0),
     });
-    spawn_app_with(move |s| {
-        s.security.allow_loopback_urls = false;
-        s.security.name_lookup = LookupOverride(Some(dns));
-    })
-    .await
+    spawn_app_resolving(Some(dns), |s| s.security.allow_loopback_urls = false).await
 }
 
 const PUBLIC: &str = "93.184.216.34";

@@ -9,8 +9,23 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The fixture binary (crate `mcp-fixture`) beside the service's: `cargo test --workspace`
+/// builds both; a test run of this package alone builds the fixture here, once.
 pub fn fixture_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_mcp-fixture")
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let fixture =
+            std::path::Path::new(env!("CARGO_BIN_EXE_mcp-pool")).with_file_name("mcp-fixture");
+        if !fixture.exists() {
+            let built = std::process::Command::new(env!("CARGO"))
+                .args(["build", "-p", "mcp-fixture"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo runs");
+            assert!(built.success(), "`cargo build -p mcp-fixture` failed");
+        }
+        fixture.display().to_string()
+    })
 }
 
 pub fn everything_script() -> String {

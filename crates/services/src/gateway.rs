@@ -1,0 +1,424 @@
+//! The MCP server side: an assistant's servers re-exposed as one MCP server, over
+//! streamable HTTP (`/mcp/assistants/{id}`, mounted by `api`) and over the Xiaozhi
+//! WebSocket bridges ([`xiaozhi`]).
+//!
+//! [`GatewayHandler`] is an rmcp `ServerHandler` that only translates: every request goes
+//! to [`GatewayService`], which goes through the pool. Progress of an upstream call is
+//! relayed to the client as it arrives, the client's cancellation cancels the upstream
+//! call, and a list_changed (or config change) of any of the user's connections tells the
+//! client to list again.
+
+// Logging and resource subscriptions are deprecated in 2026-07-28 but are what 2025-11-25
+// clients (and the servers behind them) use.
+#![allow(deprecated)]
+
+pub mod rounds;
+pub mod xiaozhi;
+
+mod call;
+mod downstream;
+mod notices;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::*;
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use notices::relay;
+
+use crate::error::{Error, Resource as Missing};
+use crate::services::{GatewayPrincipal, GatewayService};
+
+#[derive(Clone)]
+pub struct GatewayHandler {
+    service: GatewayService,
+    /// Set for a bridge; an HTTP session reads the principal of each request instead
+    /// (the auth middleware puts it in the request's extensions).
+    fixed: Option<GatewayPrincipal>,
+    max_result_bytes: usize,
+    /// What this session asked for: its log level (`None`: every message) and the
+    /// resources it subscribed to.
+    listening: Arc<Mutex<Listening>>,
+    /// Cancelled when the session's handler is dropped (rmcp drops it when the session
+    /// ends: DELETE, idle expiry, a closed bridge socket), ending the session's tasks.
+    session: CancellationToken,
+    _session_guard: Arc<tokio_util::sync::DropGuard>,
+    /// Names this session's own upstream sessions (servers whose `sessionScope` is
+    /// `conversation`); they are stopped when the session ends.
+    scope: Arc<str>,
+    /// Set by the first call, which starts the task that ends the scope's connections.
+    scope_owner: Arc<std::sync::OnceLock<crate::domain::UserId>>,
+    /// Calls of 2026-07-28 clients whose upstream asked something, waiting for the
+    /// client's retry (shared by every handler of the endpoint: those clients have no
+    /// session).
+    rounds: rounds::Rounds,
+}
+
+/// Whether the request's client speaks a revision without `initialize` (2026-07-28).
+fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
+/// A 2026-07-28 client learns from `resultType` what a result is, and refuses one without
+/// it (the Vercel AI SDK, mastra). An upstream of an older revision sends none, and rmcp
+/// passes on what it read: for such a client the gateway says the result is complete.
+fn typed(result_type: &mut Option<ResultType>, modern: bool) {
+    if modern {
+        result_type.get_or_insert(ResultType::COMPLETE);
+    }
+}
+
+/// An error as an MCP client sees it: the client's own mistakes are invalid params,
+/// the rest internal errors; both carry the stable code.
+fn to_mcp_error(error: Error) -> ErrorData {
+    let data = Some(json!({"code": error.code()}));
+    match &error {
+        Error::NotFound(Missing::Tool | Missing::Prompt | Missing::Resource, _)
+        | Error::InvalidArguments(_)
+        | Error::Validation(_) => ErrorData::invalid_params(error.to_string(), data),
+        _ => ErrorData::internal_error(error.to_string(), data),
+    }
+}
+
+impl GatewayHandler {
+    pub fn new(
+        service: GatewayService,
+        fixed: Option<GatewayPrincipal>,
+        max_result_bytes: usize,
+    ) -> Self {
+        let session = CancellationToken::new();
+        Self {
+            service,
+            fixed,
+            max_result_bytes,
+            listening: Arc::default(),
+            _session_guard: Arc::new(session.clone().drop_guard()),
+            session,
+            scope: Arc::from(uuid::Uuid::new_v4().to_string()),
+            scope_owner: Arc::default(),
+            rounds: rounds::Rounds::new(std::time::Duration::from_secs(300)),
+        }
+    }
+
+    /// Shares `rounds` with the endpoint's other handlers.
+    pub fn with_rounds(mut self, rounds: rounds::Rounds) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
+    fn principal(&self, extensions: &Extensions) -> Result<GatewayPrincipal, ErrorData> {
+        if let Some(principal) = &self.fixed {
+            return Ok(principal.clone());
+        }
+        extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<GatewayPrincipal>())
+            .cloned()
+            .ok_or_else(|| ErrorData::invalid_request("not authenticated", None))
+    }
+}
+
+#[derive(Default)]
+struct Listening {
+    level: Option<LoggingLevel>,
+    subscriptions: HashSet<String>,
+}
+
+/// The gateway's capabilities: tools always; resources, prompts, logging, completions
+/// and subscriptions when a bound server has them.
+fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
+    let mut capabilities = ServerCapabilities::builder()
+        .enable_tools()
+        .enable_tool_list_changed()
+        .enable_resources()
+        .enable_resources_list_changed()
+        .enable_prompts()
+        .enable_prompts_list_changed()
+        .build();
+    if features.logging {
+        capabilities.logging = Some(Default::default());
+    }
+    if features.completions {
+        capabilities.completions = Some(Default::default());
+    }
+    if features.subscribe
+        && let Some(resources) = capabilities.resources.as_mut()
+    {
+        resources.subscribe = Some(true);
+    }
+    capabilities
+}
+
+/// rmcp runs each request in a task it spawns, whose future is as large as the largest of
+/// these methods' futures, and a spawn copies it several times over: the services' futures
+/// are boxed here (`Box::pin`), and `tools/call`'s own, so a call's task holds pointers,
+/// not ~13 KB of state.
+impl ServerHandler for GatewayHandler {
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if let Ok(principal) = self.principal(&context.extensions)
+            && let Ok(features) = Box::pin(self.service.features(&principal)).await
+        {
+            result.capabilities = capabilities(features);
+        }
+        Ok(result)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.listening.lock().expect("listening lock").level = Some(request.level);
+        Box::pin(self.service.set_log_level(&principal, request.level))
+            .await
+            .map_err(to_mcp_error)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
+        Box::pin(self.service.complete(&principal, request))
+            .await
+            .map(|mut result| {
+                typed(&mut result.result_type, modern);
+                result
+            })
+            .map_err(to_mcp_error)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        Box::pin(self.service.subscription(&principal, &request.uri, true))
+            .await
+            .map_err(to_mcp_error)?;
+        self.listening
+            .lock()
+            .expect("listening lock")
+            .subscriptions
+            .insert(request.uri);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.principal(&context.extensions)?;
+        // The upstream session is the user's, shared with their other sessions: it keeps
+        // its subscription; this session stops relaying the resource's updates.
+        self.listening
+            .lock()
+            .expect("listening lock")
+            .subscriptions
+            .remove(&request.uri);
+        Ok(())
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(capabilities(crate::mcp::ServerFeatures {
+            resources: true,
+            prompts: true,
+            ..Default::default()
+        }))
+        .with_server_info(Implementation::new(
+            "mcp-pool gateway",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "The tools of one assistant's MCP servers, named {server}.{tool}. Some tools wait \
+             for the user's approval before they run.",
+        )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Ok(principal) = self.principal(&context.extensions) else {
+            return;
+        };
+        let mut changes = self.service.pool_changes();
+        let mut notices = self.service.notices();
+        let service = self.service.clone();
+        let listening = self.listening.clone();
+        let peer = context.peer;
+        let ended = self.session.clone();
+        tokio::spawn(async move {
+            let mut bound = service.server_ids(&principal).await.unwrap_or_default();
+            loop {
+                tokio::select! {
+                    () = ended.cancelled() => break,
+                    change = changes.recv() => match change {
+                        Ok(key) if key.user == principal.user => {
+                            bound = service.server_ids(&principal).await.unwrap_or(bound);
+                            if peer.notify_tool_list_changed().await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    },
+                    notice = notices.recv() => match notice {
+                        Ok(notice)
+                            if notice.key.user == principal.user
+                                && bound.contains(&notice.key.server) =>
+                        {
+                            if relay(&peer, &listening, &notice.event).await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    },
+                }
+                if peer.is_transport_closed() {
+                    break;
+                }
+            }
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let tools = Box::pin(self.service.tools(&principal))
+            .await
+            .map_err(to_mcp_error)?;
+        Ok(ListToolsResult::with_all_items(tools.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let modern = speaks_modern(&context);
+        let mut response = Box::pin(self.call(request, context)).await;
+        if let Ok(CallToolResponse::Complete(result)) = &mut response {
+            typed(&mut result.result_type, modern);
+        }
+        response
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let (resources, _) = Box::pin(self.service.resources(&principal))
+            .await
+            .map_err(to_mcp_error)?;
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let (_, templates) = Box::pin(self.service.resources(&principal))
+            .await
+            .map_err(to_mcp_error)?;
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
+        Box::pin(self.service.read_resource(&principal, &request.uri))
+            .await
+            .map(|mut result| {
+                typed(&mut result.result_type, modern);
+                result.into()
+            })
+            .map_err(to_mcp_error)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let prompts = Box::pin(self.service.prompts(&principal))
+            .await
+            .map_err(to_mcp_error)?;
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let modern = speaks_modern(&context);
+        Box::pin(
+            self.service
+                .get_prompt(&principal, &request.name, request.arguments),
+        )
+        .await
+        .map(|mut result| {
+            typed(&mut result.result_type, modern);
+            result.into()
+        })
+        .map_err(to_mcp_error)
+    }
+
+    /// A request of a method MCP defines whose params do not fit it reaches here (rmcp
+    /// reads it as a custom request): it is answered "invalid params" with the reason,
+    /// not "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let message = json!({"method": request.method, "params": request.params});
+        match ClientRequest::member_refusal(&message) {
+            Some(reason) => {
+                // serde's word for absent params names an internal type.
+                let reason = match request.params {
+                    None => "params are required".to_owned(),
+                    Some(_) => reason,
+                };
+                Err(ErrorData::invalid_params(
+                    format!("invalid params for {}: {reason}", request.method),
+                    None,
+                ))
+            }
+            None => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            )),
+        }
+    }
+}

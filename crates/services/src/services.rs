@@ -1,0 +1,66 @@
+//! Domain logic: what may be created, changed, bound and who may do it.
+//!
+//! Services validate input into domain types, enforce per-user limits and map storage
+//! outcomes (a duplicate row, a missing row) to meaningful errors. They know neither HTTP
+//! nor SQL.
+
+pub(crate) mod assistants;
+mod authenticator;
+pub mod elicitations;
+mod gateway;
+pub mod global_servers;
+mod keys;
+pub mod oauth;
+pub mod operators;
+mod parked;
+pub use parked::ParkLimits;
+mod presets;
+mod rate_limits;
+pub mod sampling;
+pub(crate) mod server_logs;
+mod servers;
+pub(crate) mod tool_calls;
+pub(crate) mod upstream;
+
+pub use assistants::AssistantService;
+pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
+pub use global_servers::{GlobalServers, GlobalServersReloader};
+pub use keys::{ConsoleSession, KeyService, Principal, console_csrf};
+pub use oauth::OAuthService;
+pub use operators::OperatorService;
+pub use presets::{PresetInput, PresetService, SlotInput};
+pub use rate_limits::RateLimits;
+pub use servers::{OAuthInput, ServerInput, ServerService};
+pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
+pub use upstream::{
+    AssistantTool, AssistantTools, Caller, ConnectReport, HealthReport, ServerCatalog,
+    ToolCallReport, UnavailableServer, UpstreamService,
+};
+
+/// Trims, refuses empty/odd entries, drops duplicates (keeping first order) and bounds
+/// the length of a tool-name list.
+fn normalize_tool_list(
+    field: &str,
+    tools: Vec<String>,
+    max: usize,
+) -> crate::error::Result<Vec<String>> {
+    if tools.len() > max {
+        return Err(crate::error::Error::validation(format!(
+            "{field} has more than {max} entries"
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let tool = tool.trim().to_owned();
+        if tool.is_empty() || tool.len() > 128 || tool.chars().any(char::is_control) {
+            return Err(crate::error::Error::validation(format!(
+                "{field} entries must be 1 to 128 characters without control characters"
+            )));
+        }
+        if seen.insert(tool.clone()) {
+            out.push(tool);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,290 @@
+//! The gateway (seed 002): one assistant's servers as one MCP server, reached with a
+//! per-assistant token. Tools and prompts are namespaced `{server}{separator}{name}`;
+//! calls go through the same connection actors, confirmation rules and limits as the
+//! REST API: auto-approved tools run at once, others are parked until the user decides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::authenticator::TokenAuthenticator;
+use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
+use super::{AssistantTools, Caller, UpstreamService};
+use crate::config::Settings;
+use crate::confirm::{Confirmations, Waited};
+use crate::domain::{AssistantId, ToolCallStatus, UserId};
+use crate::error::{Error, Resource as Missing, Result};
+use crate::mcp::Progress;
+use crate::security::GeneratedKey;
+use crate::security::api_key::hash_key;
+use crate::store::{GatewayToken, Store};
+
+mod aggregate;
+mod subscriptions;
+mod view;
+
+pub use view::GatewayTools;
+use view::ToolView;
+
+/// Who a gateway session acts for: one user's one assistant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayPrincipal {
+    pub user: UserId,
+    pub assistant: AssistantId,
+}
+
+#[derive(Clone)]
+pub struct GatewayService {
+    store: Store,
+    settings: Arc<Settings>,
+    upstream: UpstreamService,
+    confirmations: Confirmations,
+    /// A deleted token is forgotten at once on this instance.
+    tokens: TokenAuthenticator<GatewayPrincipal>,
+    /// Bindings and each assistant's prefix mode.
+    bindings: super::assistants::BindingCache,
+    /// The last tool view built per (user, assistant), with what it was built from.
+    views: Cache<(UserId, AssistantId), Arc<ToolView>>,
+}
+
+/// A token's prefix kept in clear so people can tell their tokens apart.
+const TOKEN_PREFIX: &str = "mcpg_";
+
+impl GatewayService {
+    pub fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        upstream: UpstreamService,
+        confirmations: Confirmations,
+        bindings: super::assistants::BindingCache,
+    ) -> Self {
+        Self {
+            tokens: TokenAuthenticator::new(&settings, "the gateway token is not valid"),
+            store,
+            settings,
+            upstream,
+            confirmations,
+            bindings,
+            views: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
+        }
+    }
+
+    pub async fn create_token(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        name: &str,
+    ) -> Result<(GatewayToken, String)> {
+        let name = name.trim();
+        if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+            return Err(Error::validation(
+                "name must be 1 to 128 characters without control characters",
+            ));
+        }
+        let repo = self.store.gateway();
+        let max = self.settings.gateway.max_tokens_per_assistant;
+        if repo.tokens(user, assistant).await?.len() as u64 >= max {
+            return Err(Error::LimitReached(format!(
+                "an assistant may have at most {max} gateway tokens"
+            )));
+        }
+        let generated = GeneratedKey::new();
+        let secret = format!(
+            "{TOKEN_PREFIX}{}",
+            generated.secret.trim_start_matches("mcpp_")
+        );
+        let record = GatewayToken {
+            id: Uuid::now_v7(),
+            user_id: user.clone(),
+            assistant_id: assistant.clone(),
+            name: name.to_owned(),
+            prefix: secret.chars().take(12).collect(),
+            created_at: crate::domain::now(),
+        };
+        repo.insert_token(&record, &hash_key(&secret)).await?;
+        tracing::info!(token = %record.id, %user, assistant = assistant.as_str(), "gateway token created");
+        Ok((record, secret))
+    }
+
+    pub async fn tokens(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Vec<GatewayToken>> {
+        Ok(self.store.gateway().tokens(user, assistant).await?)
+    }
+
+    pub async fn delete_token(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        id: &str,
+    ) -> Result<()> {
+        let not_found = || Error::NotFound(Missing::GatewayToken, id.to_owned());
+        let uuid = Uuid::parse_str(id).map_err(|_| not_found())?;
+        let hash = self
+            .store
+            .gateway()
+            .delete_token(user, assistant, uuid)
+            .await?
+            .ok_or_else(not_found)?;
+        self.tokens.forget(&hash).await;
+        Ok(())
+    }
+
+    pub async fn authenticate(&self, secret: &str) -> Result<GatewayPrincipal> {
+        let tokens = self.store.gateway();
+        self.tokens
+            .authenticate(secret, |digest| async move {
+                Ok(tokens
+                    .token_by_hash(&digest)
+                    .await?
+                    .map(|token| GatewayPrincipal {
+                        user: token.user_id,
+                        assistant: token.assistant_id,
+                    }))
+            })
+            .await
+    }
+
+    /// The assistant's tools under their gateway names: the view built last time when
+    /// nothing it was built from changed (a lookup per bound server), else a new one.
+    pub async fn tools(&self, principal: &GatewayPrincipal) -> Result<Arc<GatewayTools>> {
+        let catalogs = self
+            .upstream
+            .assistant_catalogs(&principal.user, &principal.assistant)
+            .await?;
+        let mode = self.prefix_mode(principal).await?;
+        let key = (principal.user.clone(), principal.assistant.clone());
+        if let Some(view) = self.views.get(&key).await
+            && view.built_from(mode, &catalogs)
+        {
+            return Ok(view.tools.clone());
+        }
+        let sources = catalogs
+            .iter()
+            .map(|c| (c.server_id, c.listing.as_ref().ok().cloned()))
+            .collect();
+        let all_listed = catalogs.iter().all(|c| c.listing.is_ok());
+        let tools = Arc::new(self.name_tools(mode, AssistantTools::assemble(catalogs)));
+        // A view with a failing server is not kept: its error may pass at the next call.
+        if all_listed {
+            self.views
+                .insert(
+                    key,
+                    Arc::new(ToolView {
+                        mode,
+                        sources,
+                        tools: tools.clone(),
+                    }),
+                )
+                .await;
+        }
+        Ok(tools)
+    }
+
+    /// Stops the upstream sessions of an ended gateway session.
+    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+        self.upstream.end_scope(user, scope).await;
+    }
+
+    /// Calls a tool by its gateway name. Progress goes to `caller.live`, what the server
+    /// asks meanwhile to `caller.downstream`; `cancel` abandons the call (the upstream is
+    /// told) or cancels it while it waits for approval.
+    pub async fn call(
+        &self,
+        principal: &GatewayPrincipal,
+        name: &str,
+        arguments: Option<JsonObject>,
+        caller: Caller<'_>,
+        cancel: &CancellationToken,
+        max_result_bytes: usize,
+    ) -> Result<CallToolResult> {
+        let tools = self.tools(principal).await?;
+        let Some(&index) = tools.names.get(name) else {
+            return Err(Error::NotFound(Missing::Tool, name.to_owned()));
+        };
+        let tool = &tools.listing.tools[index];
+        let spec = &tool.server.server.spec;
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
+        if spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name) {
+            let server_id = tool.server.server.id.to_string();
+            let call = self.upstream.call_tool_reporting(
+                &principal.user,
+                &server_id,
+                &tool.tool.name,
+                arguments,
+                caller,
+            );
+            return tokio::select! {
+                report = call => Ok(limited(report?.outcome.result)),
+                () = cancel.cancelled() => Err(Error::Conflict("the client cancelled the call".into())),
+            };
+        }
+        // Not auto-approved: parked like a model's call, on a message of its own.
+        let message = Uuid::now_v7();
+        let records = plan_calls(
+            &tools.listing,
+            &[ModelToolCall {
+                id: "gateway".into(),
+                name: tool.name.clone(),
+                arguments,
+            }],
+        );
+        if records[0].status == ToolCallStatus::Error {
+            return Err(Error::InvalidArguments(vec![
+                records[0].response.to_string(),
+            ]));
+        }
+        let scope = caller.scope.map(Arc::from);
+        self.confirmations
+            .submit(&principal.user, message, None, scope, records)
+            .await?;
+        if let Some(live) = caller.live {
+            let _ = live.send(Progress {
+                progress: 0.0,
+                total: None,
+                message: Some(format!(
+                    "waiting for the user's approval (message {message}, tool call 'gateway')"
+                )),
+            });
+        }
+        let limit = Duration::from_secs(self.settings.confirmation.timeout_secs + 60);
+        let waited = tokio::select! {
+            waited = self.confirmations.wait_settled(&principal.user, message, limit) => waited?,
+            () = cancel.cancelled() => {
+                self.confirmations
+                    .cancel_parked(&principal.user, message, "Cancelled by the MCP client.")
+                    .await;
+                return Err(Error::Conflict("the client cancelled the call".into()));
+            }
+        };
+        let record = match waited {
+            Waited::Settled(records) | Waited::StillOpen(records) => records
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("the parked call vanished")))?,
+        };
+        let content = match record.response {
+            Value::Array(_) => serde_json::from_value::<Vec<ContentBlock>>(record.response)
+                .unwrap_or_else(|_| vec![ContentBlock::text("(unreadable result)")]),
+            Value::String(text) => vec![ContentBlock::text(text)],
+            other => vec![ContentBlock::text(other.to_string())],
+        };
+        let result = if record.is_error || record.status != ToolCallStatus::Done {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        Ok(limited(result))
+    }
+}

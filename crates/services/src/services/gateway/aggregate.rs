@@ -1,0 +1,243 @@
+//! The bound servers' resources, prompts and completions offered as one server's: lists
+//! merged (prompts named like tools), each request routed to the server that can answer.
+
+use std::collections::HashSet;
+
+use rmcp::model::{GetPromptResult, JsonObject, Prompt, Resource, ResourceTemplate};
+use uuid::Uuid;
+
+use super::{GatewayPrincipal, GatewayService};
+use crate::domain::tool_name::gateway_names;
+use crate::error::{Error, Resource as Missing, Result};
+use crate::mcp::ServerFeatures;
+
+impl GatewayService {
+    /// The bound, active servers' ids and names.
+    pub(super) async fn servers(
+        &self,
+        principal: &GatewayPrincipal,
+    ) -> Result<Vec<(Uuid, String)>> {
+        let ids = self
+            .store
+            .assistants()
+            .bound_servers(&principal.user, &principal.assistant)
+            .await?;
+        let mut servers = Vec::new();
+        for id in ids {
+            if let Some(server) = self.store.servers().get(&principal.user, id).await?
+                && server.spec.is_active
+            {
+                servers.push((id, server.spec.name.as_str().to_owned()));
+            }
+        }
+        Ok(servers)
+    }
+
+    /// What the assistant's servers support together: a capability is offered when one
+    /// of them has it. A server that cannot be reached adds nothing.
+    pub async fn features(&self, principal: &GatewayPrincipal) -> Result<ServerFeatures> {
+        let mut all = ServerFeatures::default();
+        for (id, _) in self.servers(principal).await? {
+            if let Ok(one) = self
+                .upstream
+                .features(&principal.user, &id.to_string())
+                .await
+            {
+                all.resources |= one.resources;
+                all.prompts |= one.prompts;
+                all.logging |= one.logging;
+                all.completions |= one.completions;
+                all.subscribe |= one.subscribe;
+            }
+        }
+        Ok(all)
+    }
+
+    /// The ids of the assistant's active servers.
+    pub async fn server_ids(&self, principal: &GatewayPrincipal) -> Result<HashSet<Uuid>> {
+        Ok(self
+            .servers(principal)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// Whether server `id` offers what `has` asks for (one that cannot be reached offers
+    /// nothing).
+    pub(super) async fn offers(
+        &self,
+        principal: &GatewayPrincipal,
+        id: &str,
+        has: impl Fn(&ServerFeatures) -> bool,
+    ) -> bool {
+        self.upstream
+            .features(&principal.user, id)
+            .await
+            .is_ok_and(|f| has(&f))
+    }
+
+    /// `completion/complete`: a prompt argument goes to the prompt's server (under its
+    /// own name there), a resource template's to the servers that complete, first answer.
+    pub async fn complete(
+        &self,
+        principal: &GatewayPrincipal,
+        mut params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult> {
+        use rmcp::model::Reference;
+        let candidates: Vec<Uuid> = match &params.r#ref {
+            Reference::Prompt(prompt) => {
+                let Some((id, _, original)) = self
+                    .named_prompts(principal)
+                    .await?
+                    .into_iter()
+                    .find(|(_, name, _)| *name == prompt.name)
+                else {
+                    return Err(Error::NotFound(Missing::Prompt, prompt.name.clone()));
+                };
+                params.r#ref = Reference::for_prompt(original.name);
+                vec![id]
+            }
+            _ => self
+                .servers(principal)
+                .await?
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect(),
+        };
+        let mut last_error = None;
+        for id in candidates {
+            let id = id.to_string();
+            if !self.offers(principal, &id, |f| f.completions).await {
+                continue;
+            }
+            match self
+                .upstream
+                .complete(&principal.user, &id, params.clone())
+                .await
+            {
+                Ok(result) => return Ok(result),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        match last_error {
+            Some(error) => Err(error),
+            None => Ok(rmcp::model::CompleteResult::default()),
+        }
+    }
+
+    /// Every bound server's resources; a failing server is left out.
+    pub async fn resources(
+        &self,
+        principal: &GatewayPrincipal,
+    ) -> Result<(Vec<Resource>, Vec<ResourceTemplate>)> {
+        let mut resources = Vec::new();
+        let mut templates = Vec::new();
+        for (id, _) in self.servers(principal).await? {
+            if let Ok(catalog) = self
+                .upstream
+                .resources(&principal.user, &id.to_string())
+                .await
+            {
+                resources.extend(catalog.resources.iter().cloned());
+                templates.extend(catalog.templates.iter().cloned());
+            }
+        }
+        Ok((resources, templates))
+    }
+
+    /// Reads a resource from the first bound server that lists it (or, for URIs only a
+    /// template matches, the first that can read it).
+    pub async fn read_resource(
+        &self,
+        principal: &GatewayPrincipal,
+        uri: &str,
+    ) -> Result<rmcp::model::ReadResourceResult> {
+        let servers = self.servers(principal).await?;
+        let mut last_error = None;
+        for (id, _) in &servers {
+            let id = id.to_string();
+            let listed = self
+                .upstream
+                .resources(&principal.user, &id)
+                .await
+                .map(|c| c.resources.iter().any(|r| r.uri == uri))
+                .unwrap_or(false);
+            if listed {
+                return self.upstream.read_resource(&principal.user, &id, uri).await;
+            }
+        }
+        for (id, _) in &servers {
+            match self
+                .upstream
+                .read_resource(&principal.user, &id.to_string(), uri)
+                .await
+            {
+                Ok(result) => return Ok(result),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::NotFound(Missing::Resource, uri.to_owned())))
+    }
+
+    /// Every bound server's prompts under gateway names, with the server each one is
+    /// from; named by the assistant's prefix mode like its tools.
+    async fn named_prompts(
+        &self,
+        principal: &GatewayPrincipal,
+    ) -> Result<Vec<(Uuid, String, Prompt)>> {
+        let mut listed = Vec::new();
+        for (id, server) in self.servers(principal).await? {
+            if let Ok(prompts) = self
+                .upstream
+                .prompts(&principal.user, &id.to_string())
+                .await
+            {
+                listed.extend(prompts.iter().map(|p| (id, server.clone(), p.clone())));
+            }
+        }
+        let mode = self.prefix_mode(principal).await?;
+        let items: Vec<(&str, &str)> = listed
+            .iter()
+            .map(|(_, server, prompt)| (server.as_str(), prompt.name.as_str()))
+            .collect();
+        let names = gateway_names(mode, &self.settings.gateway.separator, &items);
+        drop(items);
+        Ok(listed
+            .into_iter()
+            .zip(names)
+            .filter_map(|((id, _, prompt), name)| name.map(|name| (id, name, prompt)))
+            .collect())
+    }
+
+    pub async fn prompts(&self, principal: &GatewayPrincipal) -> Result<Vec<Prompt>> {
+        Ok(self
+            .named_prompts(principal)
+            .await?
+            .into_iter()
+            .map(|(_, name, mut prompt)| {
+                prompt.name = name;
+                prompt
+            })
+            .collect())
+    }
+
+    pub async fn get_prompt(
+        &self,
+        principal: &GatewayPrincipal,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<GetPromptResult> {
+        let Some((id, _, prompt)) = self
+            .named_prompts(principal)
+            .await?
+            .into_iter()
+            .find(|(_, gateway_name, _)| gateway_name == name)
+        else {
+            return Err(Error::NotFound(Missing::Prompt, name.to_owned()));
+        };
+        self.upstream
+            .get_prompt(&principal.user, &id.to_string(), &prompt.name, arguments)
+            .await
+    }
+}

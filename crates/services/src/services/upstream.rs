@@ -1,0 +1,289 @@
+//! Using a user's MCP servers: connect test, tools, calls, resources, prompts, health,
+//! and the admin's view of live connections.
+//!
+//! This is where a stored server becomes something the pool can run: the preset is
+//! resolved again (an admin change applies), the URL policy is checked again (DNS may
+//! have changed), and the child gets only the inherited variables plus its own env.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::JsonObject;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::RateLimits;
+use super::assistants::BindingCache;
+use super::global_servers::GlobalServers;
+use crate::config::Settings;
+use crate::domain::{SessionScope, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::mcp::CallOutcome;
+use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
+use crate::store::Store;
+
+mod assistant;
+mod connections;
+mod explain;
+mod features;
+mod runtime;
+
+pub use assistant::{AssistantTool, AssistantTools, ServerCatalog, UnavailableServer};
+pub use connections::{ConnectReport, HealthReport};
+
+pub struct ToolCallReport {
+    pub outcome: CallOutcome,
+    pub latency: Duration,
+}
+
+/// Who makes a call, beyond its user.
+#[derive(Default)]
+pub struct Caller<'a> {
+    /// Where progress notifications go as they arrive.
+    pub live: Option<&'a tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+    /// Who answers what the server asks meanwhile (elicitation, sampling, roots); `None`:
+    /// the call's user, on their event stream, under the server's policies.
+    pub downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+    /// The conversation or gateway session, for servers with a session per conversation.
+    pub scope: Option<&'a str>,
+}
+
+/// What a server may need from a call's user: their authorization (OAuth) and their
+/// answers (elicitation, sampling), and the per-user limits they are held to.
+pub struct UserFacing {
+    pub oauth: super::OAuthService,
+    pub elicitations: super::elicitations::Elicitations,
+    pub rate_limits: Arc<RateLimits>,
+}
+
+#[derive(Clone)]
+pub struct UpstreamService {
+    store: Store,
+    settings: Arc<Settings>,
+    pool: Pool,
+    /// Where remote connections get their HTTP clients, and the URL policy they dial by.
+    http: Arc<crate::mcp::UpstreamHttp>,
+    /// Admin-defined servers every assistant is offered.
+    globals: Arc<GlobalServers>,
+    bindings: BindingCache,
+    /// Per-user limits; tool calls are checked here, the one door every call passes.
+    rate_limits: Arc<RateLimits>,
+    /// Users' tokens for OAuth-protected servers, and what to do when one is needed.
+    oauth: super::OAuthService,
+    /// Where a server's questions during a call without a gateway client go: its user.
+    elicitations: super::elicitations::Elicitations,
+}
+
+impl UpstreamService {
+    pub fn new(
+        store: Store,
+        settings: Arc<Settings>,
+        http: Arc<crate::mcp::UpstreamHttp>,
+        pool: Pool,
+        globals: Arc<GlobalServers>,
+        bindings: BindingCache,
+        user_facing: UserFacing,
+    ) -> Self {
+        let UserFacing {
+            oauth,
+            elicitations,
+            rate_limits,
+        } = user_facing;
+        Self {
+            store,
+            settings,
+            pool,
+            http,
+            globals,
+            bindings,
+            rate_limits,
+            oauth,
+            elicitations,
+        }
+    }
+
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
+    }
+
+    pub fn globals(&self) -> &Arc<GlobalServers> {
+        &self.globals
+    }
+
+    async fn lease(&self, user: &UserId, server_id: &str) -> Result<Lease> {
+        self.lease_in(user, server_id, None).await
+    }
+
+    /// A lease for a call of conversation or gateway session `scope`: a server whose
+    /// `sessionScope` is `conversation` has a session per scope, others the user's one.
+    async fn lease_in(&self, user: &UserId, server_id: &str, scope: Option<&str>) -> Result<Lease> {
+        match self.lease_unexplained(user, server_id, scope).await {
+            Ok(lease) => Ok(lease),
+            Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
+        }
+    }
+
+    async fn lease_unexplained(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        scope: Option<&str>,
+    ) -> Result<Lease> {
+        let id = Uuid::parse_str(server_id)
+            .map_err(|_| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
+        if let Some(server) = self.globals.get(id) {
+            // One shared connection for everyone.
+            let key = ConnectionKey::shared(UserId::global(), id);
+            return self
+                .pool
+                .lease(&key, || async {
+                    Ok::<_, Error>(Arc::new(self.runtime(server).await?))
+                })
+                .await;
+        }
+        let shared = ConnectionKey::shared(user.clone(), id);
+        let load = || self.load_runtime(user, id, server_id);
+        let Some(scope) = scope else {
+            return self.pool.lease(&shared, load).await;
+        };
+        let scoped = ConnectionKey {
+            scope: Some(scope.into()),
+            ..shared.clone()
+        };
+        // Which session, told without the database once a connection is live.
+        if self.pool.runtime_of(&scoped).is_some() {
+            return self.pool.lease(&scoped, load).await;
+        }
+        if let Some(runtime) = self.pool.runtime_of(&shared)
+            && runtime.server.spec.session_scope == SessionScope::User
+        {
+            return self.pool.lease(&shared, load).await;
+        }
+        // Boxed, like every path that reads the database or connects: a call on a live
+        // connection's future stays small (see `Pool::lease`).
+        let runtime = Box::pin(load()).await?;
+        let key = match runtime.server.spec.session_scope {
+            SessionScope::Conversation => scoped,
+            SessionScope::User => shared,
+        };
+        self.pool
+            .lease(&key, || async { Ok::<_, Error>(runtime) })
+            .await
+    }
+
+    pub async fn tools(
+        &self,
+        user: &UserId,
+        server_id: &str,
+    ) -> Result<(Arc<ServerRuntime>, Arc<ToolCatalog>)> {
+        let lease = self.lease(user, server_id).await?;
+        let listed = self.pool.tools(&lease).await;
+        let catalog = self.explain(user, server_id, listed).await?;
+        Ok((lease.runtime.clone(), catalog))
+    }
+
+    /// A call of conversation `scope` (its own session on a conversation-scoped server),
+    /// or of the user at large.
+    pub async fn call_tool(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        arguments: Value,
+        scope: Option<&str>,
+    ) -> Result<ToolCallReport> {
+        // Its user answers what the server asks meanwhile, on their event stream.
+        let caller = Caller {
+            scope,
+            ..Caller::default()
+        };
+        self.call_tool_reporting(user, server_id, tool, arguments, caller)
+            .await
+    }
+
+    /// [`Self::call_tool`] for a caller that takes progress or answers the server's
+    /// requests itself.
+    pub async fn call_tool_reporting(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        arguments: Value,
+        caller: Caller<'_>,
+    ) -> Result<ToolCallReport> {
+        let started = Instant::now();
+        self.rate_limits.tool_call(user)?;
+        let lease = self.lease_in(user, server_id, caller.scope).await?;
+        let result = self
+            .call_on_lease(&lease, tool, arguments, caller.live, caller.downstream)
+            .await;
+        let outcome = match &result {
+            Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => error.code(),
+        };
+        let latency = started.elapsed();
+        self.pool.metrics().tool_call(
+            lease.runtime.server.spec.transport.kind().as_str(),
+            outcome,
+            latency,
+        );
+        match result {
+            Ok(outcome) => Ok(ToolCallReport { outcome, latency }),
+            Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
+        }
+    }
+
+    async fn call_on_lease(
+        &self,
+        lease: &Lease,
+        tool: &str,
+        arguments: Value,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
+        downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+    ) -> Result<CallOutcome> {
+        let spec = &lease.runtime.server.spec;
+        if spec.disabled_tools.iter().any(|t| t == tool) {
+            return Err(Error::ToolDisabled(tool.to_owned()));
+        }
+        let catalog = self.pool.tools(lease).await?;
+        if catalog.get(tool).is_none() {
+            return Err(Error::NotFound(Resource::Tool, tool.to_owned()));
+        }
+        let arguments = match arguments {
+            Value::Null => Value::Object(JsonObject::new()),
+            object @ Value::Object(_) => object,
+            _ => {
+                return Err(Error::InvalidArguments(vec![
+                    "arguments: must be a JSON object".into(),
+                ]));
+            }
+        };
+        catalog
+            .validate(tool, &arguments)
+            .map_err(Error::InvalidArguments)?;
+        let Value::Object(arguments) = arguments else {
+            unreachable!("checked above")
+        };
+        let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
+        // A global server is shared by every user: no one user answers its questions, so
+        // without a gateway client to ask they are refused at once (see mcp::downstream).
+        let server = &lease.runtime.server;
+        let downstream = downstream.or_else(|| {
+            (server.user_id != UserId::global()).then(|| self.elicitations.for_user(server))
+        });
+        let outcome = lease
+            .client
+            .call_tool_reporting(
+                tool,
+                Some(arguments),
+                lease.runtime.call_timeout,
+                max_total,
+                live,
+                downstream,
+            )
+            .await
+            .inspect_err(|e| self.pool.report(lease, e))?;
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,127 @@
+//! Connections as such rather than what runs on them: the connect test, health checks,
+//! and the admin's view and control of live connections.
+
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::UpstreamService;
+use crate::domain::UserId;
+use crate::error::{Error, Resource, Result};
+use crate::pool::{ConnectionInfo, ConnectionKey};
+
+/// The result of `POST /api/mcp-servers/{id}/connect`.
+pub struct ConnectReport {
+    pub server_name: Option<String>,
+    pub server_version: Option<String>,
+    pub protocol_version: Option<String>,
+    pub tool_count: usize,
+    pub latency: Duration,
+}
+
+pub struct HealthReport {
+    pub healthy: bool,
+    pub latency: Duration,
+    pub error: Option<Error>,
+    pub connection: Option<ConnectionInfo>,
+}
+
+impl UpstreamService {
+    /// Connects now (reusing a live connection), re-lists the tools and times it all.
+    pub async fn test_connection(&self, user: &UserId, server_id: &str) -> Result<ConnectReport> {
+        let started = Instant::now();
+        let lease = self.lease(user, server_id).await?;
+        self.pool.invalidate(&lease.key).await;
+        let listed = self.pool.tools(&lease).await;
+        let tools = self.explain(user, server_id, listed).await?;
+        let info = lease.client.server_info();
+        Ok(ConnectReport {
+            server_name: info.as_ref().map(|i| i.name.clone()),
+            server_version: info.map(|i| i.version),
+            protocol_version: lease.client.protocol_version(),
+            tool_count: tools.tools.len(),
+            latency: started.elapsed(),
+        })
+    }
+
+    /// Seed 000's health check: a `ping` through the pool. Failures are reported, not raised,
+    /// except for "no such server".
+    pub async fn health(&self, user: &UserId, server_id: &str) -> Result<HealthReport> {
+        let started = Instant::now();
+        let result = async {
+            let lease = self.lease(user, server_id).await?;
+            lease
+                .client
+                .ping(lease.runtime.call_timeout)
+                .await
+                .inspect_err(|e| self.pool.report(&lease, e))?;
+            Ok::<_, Error>(lease.key)
+        }
+        .await;
+        let key = Uuid::parse_str(server_id)
+            .ok()
+            .map(|server| ConnectionKey::shared(user.clone(), server));
+        let connection = key.and_then(|k| self.pool.connection(&k));
+        match result {
+            Ok(_) => Ok(HealthReport {
+                healthy: true,
+                latency: started.elapsed(),
+                error: None,
+                connection,
+            }),
+            Err(err @ Error::NotFound(Resource::McpServer, _)) => Err(err),
+            Err(err) => Ok(HealthReport {
+                healthy: false,
+                latency: started.elapsed(),
+                error: Some(err),
+                connection,
+            }),
+        }
+    }
+
+    /// Connections whose cached lists were just dropped.
+    pub fn pool_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+        self.pool.subscribe_changes()
+    }
+
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        self.pool.connections()
+    }
+
+    fn admin_key(user: &str, server: &str) -> Result<ConnectionKey> {
+        let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
+        Ok(ConnectionKey::shared(
+            UserId::parse(user).map_err(|_| not_found())?,
+            Uuid::parse_str(server).map_err(|_| not_found())?,
+        ))
+    }
+
+    /// Stops the upstream sessions of a conversation or gateway session that ended.
+    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+        let stopped = self.pool.stop_scope(user, scope).await;
+        if stopped > 0 {
+            tracing::info!(%user, scope, stopped, "stopped the connections of an ended session");
+        }
+    }
+
+    pub async fn stop_connection(&self, user: &str, server: &str) -> Result<()> {
+        let key = Self::admin_key(user, server)?;
+        if !self.pool.stop_server(&key.user, key.server).await {
+            return Err(Error::NotFound(
+                Resource::Connection,
+                format!("{user}/{server}"),
+            ));
+        }
+        tracing::info!(user = %key.user, server = %key.server, "connection stopped by an admin");
+        Ok(())
+    }
+
+    pub async fn refresh_connection(&self, user: &str, server: &str) -> Result<ConnectionInfo> {
+        let key = Self::admin_key(user, server)?;
+        let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
+        if !self.pool.refresh(&key).await {
+            return Err(not_found());
+        }
+        self.pool.connection(&key).ok_or_else(not_found)
+    }
+}

@@ -1,0 +1,147 @@
+//! Turning a stored server into what the pool runs, every rule applied again: the preset
+//! resolved anew (an admin change applies), the URL policy checked anew (DNS may change).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::UpstreamService;
+use crate::domain::{McpServer, SecretUrl, Transport, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::mcp::{UpstreamSpec, UpstreamTransport};
+use crate::pool::ServerRuntime;
+
+impl UpstreamService {
+    pub(super) async fn load_runtime(
+        &self,
+        user: &UserId,
+        id: Uuid,
+        server_id: &str,
+    ) -> Result<Arc<ServerRuntime>> {
+        let server = self
+            .store
+            .servers()
+            .get(user, id)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
+        Ok(Arc::new(self.runtime(server).await?))
+    }
+
+    /// Builds what the pool needs to run `server`, applying every rule once more.
+    pub(super) async fn runtime(&self, server: McpServer) -> Result<ServerRuntime> {
+        if !server.spec.is_active {
+            return Err(Error::ServerInactive);
+        }
+        let pool = &self.settings.pool;
+        let mut preset_timeout = None;
+        // Global servers are the admin's own definitions: no preset, no URL policy.
+        let global = server.user_id == UserId::global();
+        let transport = match &server.spec.transport {
+            Transport::Stdio(launch) if global => UpstreamTransport::Stdio {
+                command: launch.command.clone(),
+                args: launch.args.clone(),
+                env: launch.env.expose().clone(),
+                inherited_env: self.inherited_env(),
+                working_dir: self.working_dir(&server),
+            },
+            Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) if global => UpstreamTransport::StreamableHttp {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::Stdio(launch) => {
+                let preset = self
+                    .store
+                    .presets()
+                    .get(&launch.preset)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(Resource::Preset, launch.preset.clone()))?;
+                preset_timeout = preset.spec.timeout_secs;
+                let resolved = preset.spec.resolve(
+                    &launch.preset_args,
+                    &launch.env,
+                    self.settings.limits.max_value_bytes,
+                )?;
+                UpstreamTransport::Stdio {
+                    command: resolved.command,
+                    args: resolved.args,
+                    env: resolved.env.expose().clone(),
+                    inherited_env: self.inherited_env(),
+                    working_dir: self.working_dir(&server),
+                }
+            }
+            Transport::Sse(endpoint) => UpstreamTransport::Sse {
+                url: self.checked(&endpoint.url).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) => UpstreamTransport::StreamableHttp {
+                url: self.checked(&endpoint.url).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::Embedded(kind) => UpstreamTransport::Embedded(*kind),
+        };
+        let timeout_secs = server
+            .spec
+            .timeout_secs
+            .or(preset_timeout)
+            .unwrap_or(pool.default_call_timeout_secs);
+        Ok(ServerRuntime {
+            upstream: UpstreamSpec {
+                label: format!("{}/{}", server.user_id, server.spec.name.as_str()),
+                transport,
+                connect_timeout: Duration::from_secs(pool.connect_timeout_secs),
+                max_message_bytes: pool.max_message_bytes,
+                url_policy: self.http.url_policy().clone(),
+                http: self.http.clone(),
+                // Global servers are shared by all users: no one user's tokens.
+                auth: if global {
+                    None
+                } else {
+                    self.oauth.connector(&server)
+                },
+                roots: server.spec.roots.clone(),
+                owner: (!global).then(|| self.elicitations.for_user(&server)),
+            },
+            call_timeout: Duration::from_secs(timeout_secs.into()),
+            server,
+        })
+    }
+
+    /// The URL policy once more (DNS may have changed), credentials kept.
+    async fn checked(&self, url: &SecretUrl) -> Result<SecretUrl> {
+        let checked = self.http.url_policy().check(url.expose().as_str()).await?;
+        Ok(SecretUrl::new(checked))
+    }
+
+    fn inherited_env(&self) -> Vec<(String, String)> {
+        let mut env: BTreeMap<String, String> = self
+            .settings
+            .pool
+            .inherited_env
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        if self.settings.pool.inherited_env.iter().any(|n| n == "LANG") {
+            env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
+        }
+        env.into_iter().collect()
+    }
+
+    /// `<data_dir>/work/<hash of user>/<server id>`: per user and server, no user text in paths.
+    fn working_dir(&self, server: &McpServer) -> PathBuf {
+        let user = hex::encode(Sha256::digest(server.user_id.as_str().as_bytes()));
+        self.settings
+            .storage
+            .data_dir
+            .join("work")
+            .join(&user[..16])
+            .join(server.id.to_string())
+    }
+}
