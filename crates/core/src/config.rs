@@ -12,7 +12,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, byte for byte the file in `config/`.
-pub const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
+pub(crate) const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -232,10 +232,6 @@ impl LlmClient {
 }
 
 impl ModelHandle {
-    pub fn provider_name(&self) -> &str {
-        &self.provider_name
-    }
-
     /// Streams one answer, retrying transient failures that happen before the first byte
     /// of it reached `progress`.
     pub async fn complete(

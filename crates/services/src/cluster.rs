@@ -44,7 +44,7 @@ pub struct InstanceInfo {
 const CHANNEL: &str = "mcp_pool_cluster";
 
 /// PostgreSQL refuses NOTIFY payloads from 8000 bytes on; what is bigger is referenced.
-pub const MAX_INLINE_BYTES: usize = 7000;
+pub(crate) const MAX_INLINE_BYTES: usize = 7000;
 
 /// What one instance tells the others.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -204,7 +204,7 @@ impl Cluster {
 
     /// Whether this instance can reach the others (PostgreSQL); without it an approval
     /// for another instance's parked call fails with HELD_ELSEWHERE.
-    pub fn can_forward(&self) -> bool {
+    pub(crate) fn can_forward(&self) -> bool {
         self.inner.outbox.is_some()
     }
 

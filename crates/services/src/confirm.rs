@@ -59,7 +59,7 @@ impl ExecOutcome {
 }
 
 /// Runs one approved call: (user, server, tool, arguments).
-pub type Executor = Arc<dyn Fn(Execution) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
+pub(crate) type Executor = Arc<dyn Fn(Execution) -> BoxFuture<'static, ExecOutcome> + Send + Sync>;
 
 /// One approved call to run.
 pub struct Execution {
@@ -112,7 +112,7 @@ const INTERRUPTED: &str = "interrupted: the service instance holding this call s
 pub const TOOL_CALL_EVENT: &str = "assistant.toolCall.updated";
 
 /// The response of a call still parked when the service stops.
-pub const STOPPED_BEFORE_APPROVAL: &str =
+pub(crate) const STOPPED_BEFORE_APPROVAL: &str =
     "cancelled: the service stopped before this call was approved";
 
 /// Asks one actor to cancel its parked calls; how many it cancelled (0 if it did not answer).
@@ -329,7 +329,7 @@ impl Confirmations {
     }
 
     /// Waits up to `wait` until no call of the message is open.
-    pub async fn wait_settled(
+    pub(crate) async fn wait_settled(
         &self,
         user: &UserId,
         message: Uuid,
@@ -350,7 +350,7 @@ impl Confirmations {
     }
 
     /// Cancels the message's parked calls, if it has a live actor; returns how many.
-    pub async fn cancel_parked(&self, user: &UserId, message: Uuid, reason: &str) -> usize {
+    pub(crate) async fn cancel_parked(&self, user: &UserId, message: Uuid, reason: &str) -> usize {
         let Lookup::Mine(actor) = self.registry.lookup(user, message) else {
             return 0;
         };
@@ -360,7 +360,7 @@ impl Confirmations {
     /// Settles the open calls of messages no live instance holds (at start-up: those a
     /// previous process left; later: those of instances that stopped beating). Each
     /// message is taken over first, so two instances never settle the same one.
-    pub async fn settle_orphans(&self, live: &[InstanceId]) -> Result<usize> {
+    pub(crate) async fn settle_orphans(&self, live: &[InstanceId]) -> Result<usize> {
         let orphans = self.deps.store.messages().orphaned(live).await?;
         let mut settled = 0;
         for orphan in orphans {

@@ -178,7 +178,7 @@ impl Error {
 
     /// An error several callers share (one cache load's): theirs when there was one
     /// caller, else one that keeps what a caller acts on (an outage stays a 503).
-    pub fn unshare(shared: std::sync::Arc<Error>) -> Error {
+    pub(crate) fn unshare(shared: std::sync::Arc<Error>) -> Error {
         match std::sync::Arc::try_unwrap(shared) {
             Ok(error) => error,
             Err(shared) if shared.is_unavailable() => {
@@ -190,7 +190,7 @@ impl Error {
 
     /// The database could not take the request now (gone, restarting, full): the same
     /// request may succeed later.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         matches!(self, Error::Store(StoreError::Unavailable(_)))
     }
 

@@ -24,7 +24,7 @@ impl NoteListener {
 }
 
 impl Store {
-    pub fn can_notify(&self) -> bool {
+    pub(crate) fn can_notify(&self) -> bool {
         self.db.read.get_database_backend() == DatabaseBackend::Postgres
     }
 

@@ -442,20 +442,6 @@ impl OAuthRepo {
         .await?;
         Ok(())
     }
-
-    /// Drops a registration the authorization server no longer knows.
-    pub async fn drop_registration(
-        &self,
-        issuer: &str,
-        redirect_uri: &str,
-    ) -> Result<(), StoreError> {
-        oauth_client::Entity::delete_many()
-            .filter(oauth_client::Column::Issuer.eq(issuer))
-            .filter(oauth_client::Column::RedirectUri.eq(redirect_uri))
-            .exec(self.db.writer()?)
-            .await?;
-        Ok(())
-    }
 }
 
 /// The `oauth_tokens` row of (user, server).

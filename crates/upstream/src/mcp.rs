@@ -76,7 +76,7 @@ pub fn excerpt(text: &str) -> String {
 
 impl McpError {
     /// Whether the connection itself is unusable (as opposed to one request failing).
-    pub fn is_connection_failure(&self) -> bool {
+    pub(crate) fn is_connection_failure(&self) -> bool {
         match self {
             McpError::Connect(_) | McpError::Transport(_) | McpError::Refused(_) => true,
             // A 401 on a live session: its token is gone for good (the refresh failed).

@@ -29,7 +29,7 @@ pub struct HttpLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConnectLabels {
+pub(crate) struct ConnectLabels {
     pub transport: &'static str,
     /// `connect` for a first session, `reconnect` for a later one of the same actor.
     pub kind: &'static str,
@@ -38,14 +38,14 @@ pub struct ConnectLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
+pub(crate) struct CallLabels {
     pub transport: &'static str,
     /// `ok`, `tool_error` (the tool answered with isError) or the error code.
     pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheLabels {
+pub(crate) struct CacheLabels {
     /// `tools`, `resources` or `prompts`.
     pub catalog: &'static str,
     /// `hit` or `miss`.
@@ -53,7 +53,7 @@ pub struct CacheLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabels {
+pub(crate) struct StateLabels {
     pub state: &'static str,
 }
 
@@ -92,7 +92,7 @@ pub struct ConnectionCensus {
 
 impl ConnectionCensus {
     /// Each state, named as `ConnectionState::as_str` names it, with its count.
-    pub fn by_state(&self) -> [(&'static str, usize); 5] {
+    pub(crate) fn by_state(&self) -> [(&'static str, usize); 5] {
         [
             ("disconnected", self.disconnected),
             ("connecting", self.connecting),

@@ -118,7 +118,7 @@ pub(crate) fn unix_millis() -> i64 {
 /// The live session of a connection, readable without messaging its actor: most calls
 /// take their lease here (one read lock, no cross-task wake-up). Written by the actor only.
 #[derive(Default)]
-pub struct SessionSlot {
+pub(crate) struct SessionSlot {
     current: RwLock<Option<(Arc<McpClient>, u64)>>,
     last_used_ms: std::sync::atomic::AtomicI64,
 }
@@ -150,7 +150,7 @@ impl SessionSlot {
 
 /// One registry row: the actor, its status and what it runs.
 #[derive(Clone)]
-pub struct RegistryEntry {
+pub(crate) struct RegistryEntry {
     pub actor: ActorRef<ConnectionMsg>,
     pub status: Arc<StatusCell>,
     pub slot: Arc<SessionSlot>,
@@ -160,7 +160,7 @@ pub struct RegistryEntry {
 /// Tells watchers (the console's live view) which connection changed state, appeared or
 /// went. A lagging watcher skips notes, never blocks the actors.
 #[derive(Clone)]
-pub struct ConnectionActivity(tokio::sync::broadcast::Sender<ConnectionKey>);
+pub(crate) struct ConnectionActivity(tokio::sync::broadcast::Sender<ConnectionKey>);
 
 impl Default for ConnectionActivity {
     fn default() -> Self {

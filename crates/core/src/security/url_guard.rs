@@ -334,7 +334,7 @@ impl UrlPolicy {
     /// connection was made for that name; its address alone cannot say so). The backstop
     /// [`super::Dialer`] applies to every connection; a literal never gets this far unless
     /// its entry point judged it first.
-    pub fn admits_connected(&self, ip: IpAddr) -> Result<(), AddressRefused> {
+    pub(crate) fn admits_connected(&self, ip: IpAddr) -> Result<(), AddressRefused> {
         self.admits(ip).or_else(|refused| {
             let approved = self.approved.lock().expect("approved addresses lock");
             if approved.contains(&ip) {

@@ -31,7 +31,7 @@ pub struct TurnMetadata {
 }
 
 /// A tool result as text for the model.
-pub fn result_text(record: &ToolCallRecord) -> String {
+pub(crate) fn result_text(record: &ToolCallRecord) -> String {
     if record.status.is_open() {
         return "The call has no result: it was interrupted.".into();
     }
@@ -53,7 +53,7 @@ pub fn result_text(record: &ToolCallRecord) -> String {
 }
 
 /// The model-facing call of a record (the name the model used, the checked arguments).
-pub fn call_of(record: &ToolCallRecord) -> ToolCall {
+pub(crate) fn call_of(record: &ToolCallRecord) -> ToolCall {
     ToolCall {
         id: record.id.clone(),
         name: record.display_name.clone(),
@@ -65,7 +65,7 @@ pub fn call_of(record: &ToolCallRecord) -> ToolCall {
 }
 
 /// Results of one round, in the shape the tool mode needs.
-pub fn results_turn(records: &[&ToolCallRecord], mode: ToolMode) -> Turn {
+pub(crate) fn results_turn(records: &[&ToolCallRecord], mode: ToolMode) -> Turn {
     match mode {
         ToolMode::Native => Turn::ToolResults(
             records
@@ -99,7 +99,7 @@ pub fn results_turn(records: &[&ToolCallRecord], mode: ToolMode) -> Turn {
 }
 
 /// The turns of one round: what the model said and asked, then the results.
-pub fn round_turns(text: &str, records: &[&ToolCallRecord], mode: ToolMode) -> Vec<Turn> {
+pub(crate) fn round_turns(text: &str, records: &[&ToolCallRecord], mode: ToolMode) -> Vec<Turn> {
     let calls = match mode {
         ToolMode::Native => records.iter().map(|r| call_of(r)).collect(),
         ToolMode::Prompt => Vec::new(),
@@ -118,7 +118,7 @@ pub fn round_turns(text: &str, records: &[&ToolCallRecord], mode: ToolMode) -> V
 }
 
 /// Replays stored messages as turns.
-pub fn turns_from_history(messages: &[StoredMessage], mode: ToolMode) -> Vec<Turn> {
+pub(crate) fn turns_from_history(messages: &[StoredMessage], mode: ToolMode) -> Vec<Turn> {
     let mut turns = Vec::new();
     for message in messages {
         match message.role.as_str() {

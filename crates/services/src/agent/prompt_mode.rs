@@ -300,7 +300,7 @@ pub fn parse_lenient(text: &str) -> Option<Value> {
 }
 
 /// Fixes the mistakes models make in JSON, in one pass.
-pub fn repair(text: &str) -> String {
+pub(crate) fn repair(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len() + 16);
     // The quote character of the string we are in, if any.

@@ -31,7 +31,7 @@ const STALE_STAGING: Duration = Duration::from_secs(60);
 
 /// This instance's locked file: the lock lasts as long as this value, at most as long as
 /// the process.
-pub struct Presence {
+pub(crate) struct Presence {
     dir: PathBuf,
     path: PathBuf,
     boot: String,

@@ -42,7 +42,7 @@ impl ConfirmFailure {
 
 impl Confirmations {
     /// A confirmation another instance forwarded here, because this one holds the call.
-    pub async fn confirm_forwarded(
+    pub(crate) async fn confirm_forwarded(
         &self,
         user: &UserId,
         message: Uuid,
@@ -56,7 +56,7 @@ impl Confirmations {
     }
 
     /// The answer to a confirmation this instance forwarded.
-    pub fn forward_answered(&self, request: Uuid, answer: ForwardAnswer) {
+    pub(crate) fn forward_answered(&self, request: Uuid, answer: ForwardAnswer) {
         if let Some(waiting) = self
             .forwarded
             .lock()
@@ -117,7 +117,7 @@ impl Confirmations {
     }
 
     /// Another instance changed a record: users with an event stream here see it too.
-    pub async fn relay_change(
+    pub(crate) async fn relay_change(
         &self,
         user: &UserId,
         message: Uuid,

@@ -55,7 +55,7 @@ pub struct SupervisorState {
 pub struct ConfirmationSupervisor;
 
 /// What a message's actor starts from, read from the store off the supervisor's turn.
-pub struct Loaded {
+pub(crate) struct Loaded {
     exists: bool,
     records: Vec<crate::domain::ToolCallRecord>,
     scope: Option<Arc<str>>,

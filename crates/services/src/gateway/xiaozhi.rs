@@ -118,7 +118,7 @@ impl XiaozhiBridges {
     /// Runs the enabled bridges this instance owns or can claim (their owner is dead or
     /// there is none) and stops the ones another instance took over or that are gone.
     /// Called at start and every heartbeat; returns how many it started.
-    pub async fn reconcile(&self, live: &[InstanceId]) -> Result<usize> {
+    pub(crate) async fn reconcile(&self, live: &[InstanceId]) -> Result<usize> {
         let me = self.cluster.me();
         let repo = self.store.gateway();
         let bridges = repo.enabled_bridges().await?;
@@ -172,7 +172,7 @@ impl XiaozhiBridges {
     }
 
     /// Another instance saved or deleted the bridge (and runs it now, if anyone does).
-    pub fn changed_elsewhere(&self, user: &UserId, assistant: &AssistantId) {
+    pub(crate) fn changed_elsewhere(&self, user: &UserId, assistant: &AssistantId) {
         self.stop((user.clone(), assistant.clone()));
     }
 

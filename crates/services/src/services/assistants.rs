@@ -102,13 +102,13 @@ impl BindingCache {
     }
 
     /// After a server was deleted (it is unbound from every assistant).
-    pub fn forget_all(&self) {
+    pub(crate) fn forget_all(&self) {
         self.forget_here();
         self.cluster.tell(Note::BindingsChanged);
     }
 
     /// Bindings changed on another instance.
-    pub fn forget_here(&self) {
+    pub(crate) fn forget_here(&self) {
         self.cache.invalidate_all();
         self.prefixes.invalidate_all();
     }

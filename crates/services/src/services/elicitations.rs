@@ -64,7 +64,7 @@ impl Elicitations {
     }
 
     /// Who answers for a call to `server` by its user.
-    pub fn for_user(&self, server: &McpServer) -> Arc<dyn Downstream> {
+    pub(crate) fn for_user(&self, server: &McpServer) -> Arc<dyn Downstream> {
         Arc::new(UserAsked {
             elicitations: self.clone(),
             user: server.user_id.clone(),

@@ -192,7 +192,7 @@ impl GatewayService {
     }
 
     /// Stops the upstream sessions of an ended gateway session.
-    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+    pub(crate) async fn end_scope(&self, user: &UserId, scope: &str) {
         self.upstream.end_scope(user, scope).await;
     }
 

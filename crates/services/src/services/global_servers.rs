@@ -30,7 +30,7 @@ const ID_NAMESPACE: Uuid = Uuid::from_u128(0x6d63_705f_706f_6f6c_5f67_6c6f_6261_
 /// One server as the file describes it. No `Debug`: the URL, headers and env are in clear.
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileServer {
+pub(crate) struct FileServer {
     #[serde(rename = "type")]
     pub transport: String,
     pub url: Option<String>,
@@ -86,7 +86,7 @@ pub struct GlobalServerView {
 
 /// What one reload changed.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct ReloadDiff {
+pub(crate) struct ReloadDiff {
     pub added: Vec<String>,
     pub changed: Vec<String>,
     pub removed: Vec<String>,
@@ -100,7 +100,7 @@ pub struct GlobalServers {
 }
 
 impl GlobalServers {
-    pub fn id_of(name: &str) -> Uuid {
+    pub(crate) fn id_of(name: &str) -> Uuid {
         Uuid::new_v5(&ID_NAMESPACE, name.as_bytes())
     }
 
@@ -279,7 +279,7 @@ impl GlobalServersReloader {
     }
 
     /// Reads and applies the file once; `Err` (logged, old set kept) when it is invalid.
-    pub async fn reload(&self) -> Result<ReloadDiff, String> {
+    pub(crate) async fn reload(&self) -> Result<ReloadDiff, String> {
         let result = match tokio::fs::read_to_string(&self.file).await {
             Ok(content) => GlobalServers::parse(&content),
             Err(error) => Err(format!("cannot read {}: {error}", self.file.display())),

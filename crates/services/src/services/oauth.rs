@@ -520,7 +520,7 @@ impl OAuthService {
     }
 
     /// The server was deleted: its tokens are revoked and forgotten.
-    pub async fn server_deleted(&self, user: &UserId, server: Uuid) -> Result<()> {
+    pub(crate) async fn server_deleted(&self, user: &UserId, server: Uuid) -> Result<()> {
         if let Some(record) = self.inner.store.oauth().delete_server(user, server).await? {
             self.revoke(record).await;
         }

@@ -15,7 +15,7 @@ use crate::store::{AuditFilter, AuditRow, GatewayToken, Store, StoredMessage};
 /// The most messages with open calls shown for one user.
 const OPEN_MESSAGES_SHOWN: u64 = 100;
 /// The largest page of the audit log.
-pub const MAX_AUDIT_PAGE: u64 = 200;
+pub(crate) const MAX_AUDIT_PAGE: u64 = 200;
 
 pub struct AssistantOverview {
     pub id: AssistantId,

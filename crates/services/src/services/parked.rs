@@ -53,7 +53,7 @@ pub struct ParkLimits {
 /// A parked request's id and the answer it waits for. Dropped (its call ended, was
 /// cancelled, or its wait is over), it leaves the parked requests at once, so a request
 /// whose caller is gone neither holds a place under the limits nor shows to its user.
-pub struct Waiting<M, A> {
+pub(crate) struct Waiting<M, A> {
     pub id: Uuid,
     answered: oneshot::Receiver<A>,
     entries: Arc<Mutex<HashMap<Uuid, Entry<M, A>>>>,

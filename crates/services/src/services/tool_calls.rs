@@ -38,7 +38,7 @@ pub struct ToolCallService {
 }
 
 /// Keeps a tool result within `max_bytes` of JSON, cutting text cleanly and saying so.
-pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
+pub(crate) fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Array(Vec::new()));
     let size = json_size(&content);
     if size <= max_bytes {
@@ -49,7 +49,10 @@ pub fn limit_result(result: &CallToolResult, max_bytes: usize) -> Value {
 
 /// [`limit_result`] for a result that goes on as a result (the gateway's answer): sized
 /// without building a JSON tree or a buffer, and passed through untouched when it fits.
-pub fn limit_result_in_place(mut result: CallToolResult, max_bytes: usize) -> CallToolResult {
+pub(crate) fn limit_result_in_place(
+    mut result: CallToolResult,
+    max_bytes: usize,
+) -> CallToolResult {
     let size = json_size(&result.content);
     if size > max_bytes {
         result.content = serde_json::from_value(truncated(&result.content, size, max_bytes))
@@ -102,7 +105,7 @@ fn truncated(content: &[ContentBlock], size: usize, max_bytes: usize) -> Value {
 }
 
 /// Runs approved calls through the pool; every failure becomes a result the model can read.
-pub fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor {
+pub(crate) fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Executor {
     Arc::new(
         move |Execution {
                   user,

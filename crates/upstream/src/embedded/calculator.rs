@@ -216,7 +216,7 @@ impl<'a> Parser<'a> {
 }
 
 /// Evaluates an arithmetic expression.
-pub fn evaluate(expression: &str) -> Result<f64, String> {
+pub(crate) fn evaluate(expression: &str) -> Result<f64, String> {
     if expression.len() > MAX_EXPRESSION {
         return Err(format!(
             "the expression is longer than {MAX_EXPRESSION} characters"

@@ -35,7 +35,7 @@ impl AuthChallenge {
 }
 
 /// One `auth-param` of a `Bearer` challenge (quoted or token form).
-pub fn challenge_param(header: &str, name: &str) -> Option<String> {
+pub(crate) fn challenge_param(header: &str, name: &str) -> Option<String> {
     let lower = header.to_ascii_lowercase();
     let mut search_from = 0;
     while let Some(found) = lower[search_from..].find(name) {

@@ -143,7 +143,7 @@ impl McpClient {
     }
 
     /// True once the transport is gone (child exited, stream closed).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.service.is_closed() || self.service.peer().is_transport_closed()
     }
 

@@ -102,7 +102,7 @@ impl Callers {
     /// The span of the only call in flight: what the server says meanwhile belongs to it.
     /// With none in flight, that of the call that was alone and ended less than
     /// [`LATE_NOTICE`] ago (what the server said before its answer, handled after it).
-    pub fn only_call_span(&self) -> Option<tracing::Span> {
+    pub(crate) fn only_call_span(&self) -> Option<tracing::Span> {
         match self.calls.lock().expect("callers lock").as_slice() {
             [(_, _, span)] => Some(span.clone()),
             [] => self

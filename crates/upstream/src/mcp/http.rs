@@ -161,7 +161,7 @@ impl UpstreamHttp {
     }
 
     /// How many `https` group clients exist (each with its own connections).
-    pub fn group_clients(&self) -> usize {
+    pub(crate) fn group_clients(&self) -> usize {
         self.groups.lock().all.len()
     }
 }

@@ -34,7 +34,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 /// The JSON-RPC error code the transport answers an oversized message with; the client
 /// turns it into [`super::McpError::ResultTooLarge`].
-pub const MESSAGE_TOO_LARGE_CODE: i32 = -32_099;
+pub(crate) const MESSAGE_TOO_LARGE_CODE: i32 = -32_099;
 
 /// How long a stopping group gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
@@ -46,7 +46,7 @@ const KEPT_BUFFER: usize = 64 * 1024;
 const ID_WINDOW: usize = 1024;
 
 /// What to start, and the limit on one incoming message.
-pub struct StdioCommand {
+pub(crate) struct StdioCommand {
     pub command: tokio::process::Command,
     pub max_message_bytes: usize,
 }
@@ -265,7 +265,7 @@ fn group_alive(pgid: i32) -> bool {
 
 /// Processes in the service's live stdio groups beyond their leaders (each leader is
 /// already counted as a connection): what `pool.max_stdio_processes` also counts.
-pub fn extra_group_processes() -> usize {
+pub(crate) fn extra_group_processes() -> usize {
     let groups = guard().live();
     if groups.is_empty() {
         return 0;
@@ -288,7 +288,7 @@ pub fn extra_group_processes() -> usize {
 /// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
 /// a terminal's Ctrl-C does not reach it. When its stdin closes (the service exited, or
 /// was killed with SIGKILL) it kills every group still listed, then exits.
-pub struct GroupGuard {
+pub(crate) struct GroupGuard {
     pipe: Mutex<Option<std::process::ChildStdin>>,
     live: Mutex<BTreeSet<i32>>,
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Seconds per slot.
 pub const SLOT_SECS: i64 = 10;
 /// Slots kept: 15 minutes.
-pub const SLOTS: usize = 90;
+pub(crate) const SLOTS: usize = 90;
 /// Latency buckets: bucket `i` holds latencies below `FIRST_BOUND_US · GROWTH^(i+1)`.
 const BUCKETS: usize = 64;
 const FIRST_BOUND_US: f64 = 16.0;

@@ -9,7 +9,7 @@ use crate::error::{Error, Resource as Missing, Result};
 impl GatewayService {
     /// `logging/setLevel` on every bound server that logs.
     #[allow(deprecated)]
-    pub async fn set_log_level(
+    pub(crate) async fn set_log_level(
         &self,
         principal: &GatewayPrincipal,
         level: rmcp::model::LoggingLevel,

@@ -36,7 +36,7 @@ impl ClientRecord {
 }
 
 impl OAuthService {
-    pub fn client_metadata_url(&self) -> String {
+    pub(crate) fn client_metadata_url(&self) -> String {
         format!("{}/oauth/client-metadata.json", self.public_url())
     }
 

@@ -41,7 +41,7 @@ pub struct ServerCatalog {
 
 impl AssistantTools {
     /// Names the enabled tools of the servers that listed theirs uniquely.
-    pub fn assemble(catalogs: Vec<ServerCatalog>) -> Self {
+    pub(crate) fn assemble(catalogs: Vec<ServerCatalog>) -> Self {
         let mut tools = Vec::new();
         let mut unavailable = Vec::new();
         for ServerCatalog { server_id, listing } in catalogs {
@@ -103,7 +103,7 @@ impl UpstreamService {
     /// Each server bound to the assistant (and each global one) with its live runtime and
     /// tool catalog, or why it has none. Cheap when all are connected: a lease and a
     /// cache lookup each.
-    pub async fn assistant_catalogs(
+    pub(crate) async fn assistant_catalogs(
         &self,
         user: &UserId,
         assistant: &AssistantId,

@@ -80,7 +80,7 @@ impl UpstreamService {
     }
 
     /// Connections whose cached lists were just dropped.
-    pub fn pool_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
+    pub(crate) fn pool_changes(&self) -> tokio::sync::broadcast::Receiver<ConnectionKey> {
         self.pool.subscribe_changes()
     }
 
@@ -97,7 +97,7 @@ impl UpstreamService {
     }
 
     /// Stops the upstream sessions of a conversation or gateway session that ended.
-    pub async fn end_scope(&self, user: &UserId, scope: &str) {
+    pub(crate) async fn end_scope(&self, user: &UserId, scope: &str) {
         let stopped = self.pool.stop_scope(user, scope).await;
         if stopped > 0 {
             tracing::info!(%user, scope, stopped, "stopped the connections of an ended session");

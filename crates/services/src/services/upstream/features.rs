@@ -20,7 +20,7 @@ impl UpstreamService {
     /// `logging/setLevel` on the user's session with the server (shared by the user's
     /// callers: the last level set applies to all of them).
     #[allow(deprecated)]
-    pub async fn set_log_level(
+    pub(crate) async fn set_log_level(
         &self,
         user: &UserId,
         server_id: &str,
