@@ -17,8 +17,16 @@ pub fn fixture_binary() -> &'static str {
         let fixture =
             std::path::Path::new(env!("CARGO_BIN_EXE_mcp-pool")).with_file_name("mcp-fixture");
         if !fixture.exists() {
+            // The profile this test was built with, named by its directory (target/<profile>).
+            let profile = fixture
+                .parent()
+                .and_then(|dir| dir.file_name())
+                .and_then(|dir| dir.to_str())
+                .map(|dir| if dir == "debug" { "dev" } else { dir })
+                .unwrap_or("dev")
+                .to_owned();
             let built = std::process::Command::new(env!("CARGO"))
-                .args(["build", "-p", "mcp-fixture"])
+                .args(["build", "-p", "mcp-fixture", "--profile", &profile])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("cargo runs");
