@@ -1,6 +1,6 @@
 //! HTTP: routing, auth extraction, request/response shapes, error mapping.
 //!
-//! Only this module knows axum and JSON field names. Handlers are thin: extract, call one
+//! Only this module knows axum and HTTP status codes. Handlers are thin: extract, call one
 //! service method, turn the result into a view.
 
 mod assistants;

@@ -18,7 +18,7 @@ pub mod api;
 pub mod grpc;
 pub mod startup;
 
-pub use mcp_pool_core::{config, domain, events, security, telemetry};
+pub use mcp_pool_core::{config, domain, events, invalid, security, telemetry};
 pub use mcp_pool_llm as llm;
 pub use mcp_pool_services::{agent, app, cluster, confirm, error, gateway, services};
 pub use mcp_pool_store as store;

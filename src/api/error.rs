@@ -10,12 +10,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::invalid::InvalidInput;
 use crate::llm::LlmError;
 use crate::mcp::McpError;
 use crate::oauth::OAuthError;
 use crate::pool::PoolError;
 use crate::store::StoreError;
-use mcp_pool_core::InvalidInput;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

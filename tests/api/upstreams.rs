@@ -10,13 +10,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The fixture binary (crate `mcp-fixture`) beside the service's: `cargo test --workspace`
-/// builds both; a test run of this package alone builds the fixture here, once.
+/// builds both; a run of this package alone builds the fixture here, once, when it is
+/// missing or older than its sources.
 pub fn fixture_binary() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let fixture =
             std::path::Path::new(env!("CARGO_BIN_EXE_mcp-pool")).with_file_name("mcp-fixture");
-        if !fixture.exists() {
+        let sources = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/fixture");
+        if modified(&fixture) < newest_under(&sources) {
             // The profile this test was built with, named by its directory (target/<profile>).
             let profile = fixture
                 .parent()
@@ -34,6 +36,28 @@ pub fn fixture_binary() -> &'static str {
         }
         fixture.display().to_string()
     })
+}
+
+/// When a file was last written; the epoch when it is missing.
+fn modified(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH)
+}
+
+/// The newest write of any file below `dir`.
+fn newest_under(dir: &std::path::Path) -> std::time::SystemTime {
+    let mut newest = modified(dir);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest_under(&path)
+        } else {
+            modified(&path)
+        };
+        newest = newest.max(time);
+    }
+    newest
 }
 
 pub fn everything_script() -> String {

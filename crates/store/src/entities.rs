@@ -1,4 +1,5 @@
-//! sea-orm entities, one per table. Only `store/` sees these types.
+//! sea-orm entities, one per table. Only this crate sees these types (`mod entities` is
+//! private).
 
 pub mod api_key;
 pub mod assistant_server;
