@@ -15,6 +15,7 @@ mod console;
 mod console_browser;
 mod elicitation;
 mod embedded;
+mod error_texts;
 mod fixture_stdio;
 mod gateway;
 mod gateway_features;

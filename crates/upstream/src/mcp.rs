@@ -52,6 +52,22 @@ pub enum McpError {
 /// Longest part of an upstream-supplied text an error shows.
 const EXCERPT_CHARS: usize = 200;
 
+/// `error` and each of its sources, as one line: a refusal by the URL policy deep inside a
+/// request error still says why ("error sending request: … 'x' is a loopback address …").
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// At most [`EXCERPT_CHARS`] characters of `text`, on one line, control characters
 /// dropped: enough to say what failed, too little to carry a document.
 pub fn excerpt(text: &str) -> String {

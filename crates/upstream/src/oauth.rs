@@ -145,22 +145,6 @@ impl OAuthHttpClient for PolicyHttp {
     }
 }
 
-/// `error` and each of its sources, as one line: a refusal by the URL policy deep inside a
-/// request error still says why ("error sending request: … 'x' is a loopback address …").
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// An authorization server's answer, read up to [`MAX_OAUTH_BODY`]: a larger one is
 /// refused as soon as it is seen to be larger, not held.
 pub async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {

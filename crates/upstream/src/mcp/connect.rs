@@ -192,10 +192,7 @@ pub async fn connect(
                 };
                 // rmcp says only that the connection closed; a response stream that failed
                 // says why.
-                served.map_err(|e| match failures.take() {
-                    Some(failure) => McpError::Connect(format!("{e}: {failure}")),
-                    None => McpError::Connect(e.to_string()),
-                })
+                served.map_err(|e| McpError::Connect(initialize_failure(&e, failures.take())))
             }
             UpstreamTransport::Sse { url, headers } => {
                 let mut headers = header_map(headers)?;
@@ -227,13 +224,13 @@ pub async fn connect(
                     .serve(transport)
                     .instrument(session.clone())
                     .await
-                    .map_err(|e| McpError::Connect(e.to_string()))
+                    .map_err(|e| McpError::Connect(initialize_failure(&e, None)))
             }
             UpstreamTransport::Embedded(kind) => handler
                 .serve(crate::embedded::start(*kind))
                 .instrument(session.clone())
                 .await
-                .map_err(|e| McpError::Connect(e.to_string())),
+                .map_err(|e| McpError::Connect(initialize_failure(&e, None))),
         }
     };
     let service = match tokio::time::timeout(spec.connect_timeout, attempt).await {
@@ -294,6 +291,37 @@ async fn serve_http(
 }
 
 /// The server answered `initialize` that it speaks only revisions without it.
+/// Why initialize failed, for a person: rmcp names the transport that failed by its Rust
+/// type (`Transport [rmcp::transport::worker::WorkerTransport<…>]`), which says nothing to
+/// its reader and pushed the cause (connection refused, a TLS failure, an HTTP status)
+/// out of the excerpt; what failed and each cause below it say what happened. `failure`
+/// is what the transport saw (`StreamFailures`), which rmcp's error leaves out.
+fn initialize_failure(error: &ClientInitializeError, failure: Option<String>) -> String {
+    match (error, failure) {
+        (ClientInitializeError::TransportError { context, .. }, Some(failure)) => {
+            format!("{context}: {failure}")
+        }
+        (ClientInitializeError::TransportError { error, context }, None) => {
+            format!(
+                "{context}: {}",
+                without_answer(super::error_chain(&*error.error))
+            )
+        }
+        (other, Some(failure)) => format!("{}: {failure}", super::error_chain(other)),
+        (other, None) => super::error_chain(other),
+    }
+}
+
+/// rmcp puts the body of an answer it could not read as JSON-RPC into its error; that body
+/// is the server's (behind a URL the user chose it may be a metadata service's secrets),
+/// never ours to relay.
+fn without_answer(chain: String) -> String {
+    match chain.find("could not parse JSON response") {
+        Some(at) => format!("{}the answer is not a JSON-RPC message", &chain[..at]),
+        None => chain,
+    }
+}
+
 fn speaks_only_newer_revisions(error: &ClientInitializeError) -> bool {
     matches!(error, ClientInitializeError::JsonRpcError(error)
         if error.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION)

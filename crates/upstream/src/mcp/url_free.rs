@@ -31,14 +31,23 @@ pub(super) struct UrlFreeErrors {
     pub failures: StreamFailures,
 }
 
-/// The last failure of a response stream (an event over the size limit, a broken
-/// stream): rmcp reads the stream and reports only that the connection closed.
+/// The first failure of a response stream (an event over the size limit, a broken
+/// stream), or of a request (refused, TLS, DNS): rmcp reports only that the connection
+/// closed, or the request error without its causes (`StreamableHttpError::Client` has no
+/// source), so connect adds this to say why.
 #[derive(Clone, Default)]
 pub(super) struct StreamFailures(Arc<std::sync::Mutex<Option<String>>>);
 
 impl StreamFailures {
     pub(super) fn take(&self) -> Option<String> {
         self.0.lock().expect("stream failures lock").take()
+    }
+
+    fn note(&self, failure: impl FnOnce() -> String) {
+        self.0
+            .lock()
+            .expect("stream failures lock")
+            .get_or_insert_with(failure);
     }
 
     /// `stream`, noting its first error here.
@@ -82,7 +91,9 @@ impl UrlFreeErrors {
                 Ok(value)
             }
             Err(StreamableHttpError::Client(error)) => {
-                Err(StreamableHttpError::Client(error.without_url()))
+                let error = error.without_url();
+                self.failures.note(|| super::error_chain(&error));
+                Err(StreamableHttpError::Client(error))
             }
             Err(StreamableHttpError::AuthRequired(refusal)) => {
                 self.challenges.record(AuthChallenge {

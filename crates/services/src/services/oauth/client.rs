@@ -150,7 +150,7 @@ impl OAuthService {
             .json(&request)
             .send()
             .await
-            .map_err(|e| unreachable(crate::oauth::error_chain(&e.without_url())))?;
+            .map_err(|e| unreachable(crate::mcp::error_chain(&e.without_url())))?;
         let status = response.status();
         let body = crate::oauth::read_capped(response)
             .await

@@ -111,7 +111,7 @@ impl OAuthService {
                     .map_err(|e| discovery(&e))?
                     .send()
                     .await
-                    .map_err(|e| discovery(&crate::oauth::error_chain(&e.without_url())))?;
+                    .map_err(|e| discovery(&crate::mcp::error_chain(&e.without_url())))?;
                 if !response.status().is_success() {
                     return Err(discovery(&format!("{url} answered {}", response.status())));
                 }
@@ -122,7 +122,7 @@ impl OAuthService {
                     .map_err(|e| discovery(&format!("unreadable metadata at {url}: {e}")))?;
                 Ok((metadata, origin))
             }
-            Err(error) => Err(discovery(&crate::oauth::error_chain(&error))),
+            Err(error) => Err(discovery(&crate::mcp::error_chain(&error))),
         }
     }
 
