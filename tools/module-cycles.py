@@ -176,7 +176,6 @@ def main():
                 for b, why in sorted(edges.get(a, {}).items()):
                     if b in members:
                         print(f"    {'::'.join(a)} -> {'::'.join(b)}   ({why})")
-        print(f"{src}: {'ok' if not bad else ''}".rstrip(": ")) if False else None
     if bad:
         print(f"{bad} circle(s)")
         return 1

@@ -1,9 +1,7 @@
 //! Using a user's MCP servers: connect test, tools, calls, resources, prompts, health,
-//! and the admin's view of live connections.
-//!
-//! This is where a stored server becomes something the pool can run: the preset is
-//! resolved again (an admin change applies), the URL policy is checked again (DNS may
-//! have changed), and the child gets only the inherited variables plus its own env.
+//! and the admin's view of live connections. Every call passes here (`call_tool_reporting`:
+//! the rate limit, the lease, the call); a stored server becomes what the pool runs in
+//! `runtime.rs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -302,23 +302,10 @@ fn initialize_failure(error: &ClientInitializeError, failure: Option<String>) ->
             format!("{context}: {failure}")
         }
         (ClientInitializeError::TransportError { error, context }, None) => {
-            format!(
-                "{context}: {}",
-                without_answer(super::error_chain(&*error.error))
-            )
+            format!("{context}: {}", super::error_chain(&*error.error))
         }
         (other, Some(failure)) => format!("{}: {failure}", super::error_chain(other)),
         (other, None) => super::error_chain(other),
-    }
-}
-
-/// rmcp puts the body of an answer it could not read as JSON-RPC into its error; that body
-/// is the server's (behind a URL the user chose it may be a metadata service's secrets),
-/// never ours to relay.
-fn without_answer(chain: String) -> String {
-    match chain.find("could not parse JSON response") {
-        Some(at) => format!("{}the answer is not a JSON-RPC message", &chain[..at]),
-        None => chain,
     }
 }
 

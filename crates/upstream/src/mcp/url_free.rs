@@ -6,6 +6,7 @@
 //! the errors it returns and into its own log lines, beyond our reach. Stripping the URL
 //! where the error is made keeps it out of all of them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -83,6 +84,17 @@ impl StreamFailures {
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 
+/// rmcp keeps the start of an answer it could not read as JSON-RPC in its error; that body
+/// is the server's (behind a URL the user chose it may be a metadata service's secrets),
+/// never ours to relay, on a connect or a call.
+fn without_answer(text: Cow<'static, str>) -> Cow<'static, str> {
+    if text.starts_with("could not parse JSON response") {
+        Cow::Borrowed("the answer is not a JSON-RPC message")
+    } else {
+        text
+    }
+}
+
 impl UrlFreeErrors {
     fn noted<T>(&self, result: Result<T, HttpError>) -> Result<T, HttpError> {
         match result {
@@ -95,6 +107,9 @@ impl UrlFreeErrors {
                 self.failures.note(|| super::error_chain(&error));
                 Err(StreamableHttpError::Client(error))
             }
+            Err(StreamableHttpError::UnexpectedServerResponse(text)) => Err(
+                StreamableHttpError::UnexpectedServerResponse(without_answer(text)),
+            ),
             Err(StreamableHttpError::AuthRequired(refusal)) => {
                 self.challenges.record(AuthChallenge {
                     www_authenticate: refusal.www_authenticate_header.clone(),

@@ -1,5 +1,6 @@
 //! Turning a stored server into what the pool runs, every rule applied again: the preset
-//! resolved anew (an admin change applies), the URL policy checked anew (DNS may change).
+//! resolved anew (an admin change applies), the URL policy checked anew (DNS may change),
+//! and the child given only the inherited variables plus its own env.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
