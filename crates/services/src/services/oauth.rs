@@ -252,7 +252,7 @@ impl OAuthService {
             repo.reset_step_ups(user, server.id).await?;
         }
         let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
-        let client = self
+        let mut client = self
             .client_identity(&metadata, &verified_as, endpoint)
             .await?;
         manager
@@ -264,6 +264,9 @@ impl OAuthService {
             .get_authorization_url(&scope_refs)
             .await
             .map_err(server_error)?;
+        // The resource the request named (the metadata's, where discovery found one):
+        // the token requests of this grant name the same.
+        client.resource = Some(manager.resource().await);
         let (csrf, state) = captured
             .take()
             .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("rmcp kept no PKCE state")))?;
@@ -446,9 +449,9 @@ impl OAuthService {
             .manager(&resource_url(endpoint))
             .await
             .map_err(|e| fail(e.into()))?;
-        manager.set_metadata(flow.client.metadata.clone());
-        manager
-            .configure_client(flow.client.config())
+        flow.client
+            .configure(&mut manager)
+            .await
             .map_err(|e| fail(server_error(e).into()))?;
         manager.set_state_store(CapturedState::with(state.to_owned(), flow.state));
         let obtained = InMemoryCredentialStore::new();

@@ -76,6 +76,11 @@ impl ChallengeSlot {
         }
     }
 
+    /// The server refused for want of authorization since the last success.
+    pub(super) fn is_set(&self) -> bool {
+        self.0.lock().expect("challenge lock").is_some()
+    }
+
     pub(super) fn take(&self) -> Option<AuthChallenge> {
         self.0.lock().expect("challenge lock").take()
     }

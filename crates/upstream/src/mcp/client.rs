@@ -322,12 +322,19 @@ impl McpClient {
         uri: &str,
         timeout: Duration,
     ) -> Result<ReadResourceResult, McpError> {
-        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
-            ReadResourceRequestParams::new(uri),
-        ));
-        match self.request(request, timeout).await? {
-            ServerResult::ReadResourceResult(result) => Ok(result),
-            other => Err(unexpected(&other)),
+        let mut params = ReadResourceRequestParams::new(uri);
+        let mut rounds = Rounds::default();
+        loop {
+            let request =
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()));
+            match self.request(request, timeout).await? {
+                ServerResult::ReadResourceResult(result) => return Ok(result),
+                ServerResult::InputRequiredResult(asked) => {
+                    (params.input_responses, params.request_state) =
+                        rounds.answer(&self.service, asked).await?;
+                }
+                other => return Err(unexpected(&other)),
+            }
         }
     }
 
@@ -341,15 +348,17 @@ impl McpClient {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
-        match self
-            .request(
-                ClientRequest::GetPromptRequest(GetPromptRequest::new(params)),
-                timeout,
-            )
-            .await?
-        {
-            ServerResult::GetPromptResult(result) => Ok(result),
-            other => Err(unexpected(&other)),
+        let mut rounds = Rounds::default();
+        loop {
+            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params.clone()));
+            match self.request(request, timeout).await? {
+                ServerResult::GetPromptResult(result) => return Ok(result),
+                ServerResult::InputRequiredResult(asked) => {
+                    (params.input_responses, params.request_state) =
+                        rounds.answer(&self.service, asked).await?;
+                }
+                other => return Err(unexpected(&other)),
+            }
         }
     }
 
@@ -381,6 +390,37 @@ impl McpClient {
         let _caller = self.service.service().callers.enter(downstream);
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
+        // A 2026-07-28 server asks its questions in rounds (SEP-2322): each is answered
+        // as a server-to-client request would be (the caller, else the user) and the call
+        // sent again with the answers and the server's state; progress spans the rounds.
+        let mut rounds = Rounds::default();
+        let mut progress = Vec::new();
+        loop {
+            let (result, more) = self
+                .call_tool_round(params.clone(), timeout, max_total, live)
+                .await?;
+            progress.extend(more);
+            match result {
+                ServerResult::CallToolResult(result) => {
+                    return Ok(CallOutcome { result, progress });
+                }
+                ServerResult::InputRequiredResult(asked) => {
+                    (params.input_responses, params.request_state) =
+                        rounds.answer(&self.service, asked).await?;
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// One `tools/call` request of a call, with the progress reported while it ran.
+    async fn call_tool_round(
+        &self,
+        params: CallToolRequestParams,
+        timeout: Duration,
+        max_total: Duration,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+    ) -> Result<(ServerResult, Vec<Progress>), McpError> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
@@ -434,15 +474,44 @@ impl McpClient {
                 _ => break,
             }
         }
-        match result.map_err(|e| self.challenges.explain(e.into()))? {
-            ServerResult::CallToolResult(result) => Ok(CallOutcome { result, progress }),
-            other => Err(unexpected(&other)),
-        }
+        let result = result.map_err(|e| self.challenges.explain(e.into()))?;
+        Ok((result, progress))
     }
 
     /// Closes the session (for stdio: closes stdin, then TERM, then KILL).
     pub async fn close(&mut self, timeout: Duration) {
         let _ = self.service.close_with_timeout(timeout).await;
+    }
+}
+
+/// The `input_required` rounds of one request (SEP-2322), at most rmcp's cap of them.
+#[derive(Default)]
+struct Rounds {
+    taken: usize,
+    /// Rounds in a row that asked nothing and only carried state (rmcp waits a little
+    /// longer before each).
+    state_only: usize,
+}
+
+impl Rounds {
+    /// The inputs and state for the next round of a request the server answered with
+    /// `asked`.
+    async fn answer(
+        &mut self,
+        service: &RunningService<RoleClient, PoolClientHandler>,
+        asked: rmcp::model::InputRequiredResult,
+    ) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), McpError> {
+        self.taken += 1;
+        if self.taken >= rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
+            return Err(McpError::Protocol(format!(
+                "the server still asked for input after {} rounds",
+                self.taken
+            )));
+        }
+        service
+            .prepare_input_required_retry(asked, &mut self.state_only)
+            .await
+            .map_err(McpError::from)
     }
 }
 

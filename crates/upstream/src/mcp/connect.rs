@@ -1,7 +1,10 @@
-//! Opening a session to an upstream: spawn or dial, then the initialize handshake, all
-//! within the connect timeout. A streamable-HTTP server that refuses `initialize` because
-//! it speaks only revisions without it (2026-07-28) is opened with `server/discover`
-//! instead; every other server pays no extra round trip.
+//! Opening a session to an upstream: spawn or dial, then the handshake, all within the
+//! connect timeout. A streamable-HTTP server is asked `server/discover` first, so that one
+//! speaking 2026-07-28 is spoken to in it (it may offer such clients more, and 2026-07-28
+//! has no `initialize`); one that does not know the method is opened with `initialize`
+//! (2025-11-25 and older): in the same session where it answered with a JSON-RPC error,
+//! in a new one where it refused the probe otherwise. Stdio and legacy-SSE servers are
+//! opened with `initialize`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,7 +13,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
-use rmcp::model::{ErrorCode, ProtocolVersion};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -166,25 +169,29 @@ pub async fn connect(
                     .map_err(|e| McpError::Connect(e.to_string()))
             }
             UpstreamTransport::StreamableHttp { url, headers } => {
-                let lifecycle = ClientLifecycleMode::Initialize;
                 let failures = StreamFailures::default();
                 let slots = (&challenges, &failures);
-                let served = serve_http(spec, url, headers, handler, manager, slots, lifecycle)
+                // Both attempts on one client: a second lease could open a connection of
+                // its own for what is one session.
+                let client = spec.http.lease(url.expose());
+                let first = (client.clone(), newest_first());
+                let served = serve_http(spec, url, headers, handler, manager, slots, first)
                     .instrument(session.clone())
                     .await?;
                 let served = match served {
-                    Err(error) if speaks_only_newer_revisions(&error) => {
-                        tracing::info!(upstream = %spec.label, "the server refuses initialize: opening it with server/discover");
+                    // Servers of older revisions refuse the probe in every way (an HTTP 400
+                    // or 404 without a JSON-RPC answer, an error without the request's id,
+                    // a closed stream); only a refusal for want of authorization is final.
+                    Err(_) if !challenges.is_set() => {
+                        tracing::info!(upstream = %spec.label, "the server refuses server/discover: opening it with initialize");
                         let manager = match &spec.auth {
                             Some(auth) => auth.manager().await?,
                             None => None,
                         };
                         // What failed before belongs to the first attempt.
                         failures.take();
-                        let lifecycle = ClientLifecycleMode::Discover {
-                            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                        };
-                        serve_http(spec, url, headers, new_handler(), manager, slots, lifecycle)
+                        let second = (client, ClientLifecycleMode::Initialize);
+                        serve_http(spec, url, headers, new_handler(), manager, slots, second)
                             .instrument(session.clone())
                             .await?
                     }
@@ -248,8 +255,8 @@ pub async fn connect(
 
 type ClientSession = rmcp::service::RunningService<rmcp::RoleClient, PoolClientHandler>;
 
-/// One streamable-HTTP session opened with `lifecycle` (the outer error: unusable
-/// headers).
+/// One streamable-HTTP session on `client` opened with `lifecycle` (the outer error:
+/// unusable headers).
 async fn serve_http(
     spec: &UpstreamSpec,
     url: &SecretUrl,
@@ -257,7 +264,7 @@ async fn serve_http(
     handler: PoolClientHandler,
     manager: Option<rmcp::transport::auth::AuthorizationManager>,
     (challenges, failures): (&ChallengeSlot, &StreamFailures),
-    lifecycle: ClientLifecycleMode,
+    (client, lifecycle): (super::LeasedClient, ClientLifecycleMode),
 ) -> Result<Result<ClientSession, ClientInitializeError>, McpError> {
     let config = StreamableHttpClientTransportConfig::with_uri(url.expose().as_str())
         .custom_headers(
@@ -271,7 +278,7 @@ async fn serve_http(
         .max_sse_event_size(spec.max_message_bytes)
         .max_json_response_size(spec.max_message_bytes);
     let client = UrlFreeErrors {
-        client: spec.http.lease(url.expose()),
+        client,
         challenges: challenges.clone(),
         failures: failures.clone(),
     };
@@ -290,7 +297,15 @@ async fn serve_http(
     })
 }
 
-/// The server answered `initialize` that it speaks only revisions without it.
+/// `server/discover` with 2026-07-28, and `initialize` with 2025-11-25 in the same session
+/// where the server answered the probe with a JSON-RPC error of a revision without it.
+fn newest_first() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
 /// Why initialize failed, for a person: rmcp names the transport that failed by its Rust
 /// type (`Transport [rmcp::transport::worker::WorkerTransport<…>]`), which says nothing to
 /// its reader and pushed the cause (connection refused, a TLS failure, an HTTP status)
@@ -307,11 +322,6 @@ fn initialize_failure(error: &ClientInitializeError, failure: Option<String>) ->
         (other, Some(failure)) => format!("{}: {failure}", super::error_chain(other)),
         (other, None) => super::error_chain(other),
     }
-}
-
-fn speaks_only_newer_revisions(error: &ClientInitializeError) -> bool {
-    matches!(error, ClientInitializeError::JsonRpcError(error)
-        if error.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION)
 }
 
 /// A failed HTTP connect whose host the URL policy refuses now is reported as that

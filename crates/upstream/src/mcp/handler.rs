@@ -85,10 +85,14 @@ impl ClientHandler for PoolClientHandler {
             "roots": {},
         }))
         .expect("valid client capabilities");
+        // What `initialize` names: the newest revision that has it (rmcp's default is
+        // its newest of all, 2026-07-28, which has no initialize). The discover probe
+        // names 2026-07-28 on its own.
         ClientConfig::new(
             capabilities,
             Implementation::new("mcp-pool", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn create_elicitation(

@@ -55,6 +55,10 @@ impl ToolCatalog {
         let Some(validator) = self.validator(name) else {
             return Ok(());
         };
+        let without_nulls = self
+            .get(name)
+            .and_then(|tool| optional_nulls_left_out(&tool.input_schema, arguments));
+        let arguments = without_nulls.as_ref().unwrap_or(arguments);
         let problems = schema_problems(validator, arguments, "arguments");
         if problems.is_empty() {
             Ok(())
@@ -62,6 +66,28 @@ impl ToolCatalog {
             Err(problems)
         }
     }
+}
+
+/// `arguments` without the optional properties given as null, when there are any: such an
+/// argument counts as not given (models held to strict function schemas send null for
+/// what they leave out, and 2026-07-28 sends no `Mcp-Param-*` header for it). Only the
+/// check sees this; the server gets the arguments as sent.
+fn optional_nulls_left_out(schema: &rmcp::model::JsonObject, arguments: &Value) -> Option<Value> {
+    let given = arguments.as_object()?;
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let left_out =
+        |(name, value): (&String, &Value)| value.is_null() && !required.contains(&name.as_str());
+    if !given.iter().any(left_out) {
+        return None;
+    }
+    let kept = given.iter().filter(|entry| !left_out(*entry));
+    Some(Value::Object(
+        kept.map(|(k, v)| (k.clone(), v.clone())).collect(),
+    ))
 }
 
 pub struct ResourceCatalog {

@@ -2369,7 +2369,11 @@ where
         Err(ServiceError::InputRequiredRoundsExceeded { max_rounds })
     }
 
-    async fn prepare_input_required_retry(
+    /// mcp-pool: public, for a caller that sends each round itself (with its own timeouts
+    /// and progress tracking, as `send_request_with_option` allows) and still wants the
+    /// inputs fulfilled through the local handler as `call_tool` does: the inputs and
+    /// request state of the retry.
+    pub async fn prepare_input_required_retry(
         &self,
         result: InputRequiredResult,
         state_only_rounds: &mut usize,

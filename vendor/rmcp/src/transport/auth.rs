@@ -2137,6 +2137,19 @@ impl AuthorizationManager {
             .unwrap_or_else(|| self.base_url.to_string())
     }
 
+    /// mcp-pool: the `resource` parameter (RFC 8707) this manager sends: the one the
+    /// protected resource metadata published, else the base URL.
+    pub async fn resource(&self) -> String {
+        self.oauth_resource().await
+    }
+
+    /// mcp-pool: sets the `resource` parameter to one discovered earlier, so that a
+    /// manager made for the callback or a refresh names in its token requests what the
+    /// authorization request named (a fresh manager would send its base URL).
+    pub async fn set_resource(&self, resource: String) {
+        self.discovered_resource.write().await.replace(resource);
+    }
+
     /// get the current granted scopes
     pub async fn get_current_scopes(&self) -> Vec<String> {
         self.current_scopes.read().await.clone()

@@ -23,9 +23,32 @@ pub(super) struct ClientRecord {
     /// before it existed.
     #[serde(default)]
     pub(super) verified_as: Option<String>,
+    /// The `resource` the authorization request named (RFC 8707: the server's protected
+    /// resource metadata's, which may differ from its URL, e.g. without its path); the
+    /// token and refresh requests name the same. Absent in records kept before it existed
+    /// (those requests then name the server's URL, as they did).
+    #[serde(default)]
+    pub(super) resource: Option<String>,
 }
 
+/// What kind of client this service is (SEP-837, OpenID Connect Dynamic Client
+/// Registration §2): a web application, whose redirect URI is its own public URL and whose
+/// secrets stay on the server; not an app on the user's device ("native").
+const APPLICATION_TYPE: &str = "web";
+
 impl ClientRecord {
+    /// A manager for this client's token requests: its metadata, identity and resource.
+    pub(super) async fn configure(
+        &self,
+        manager: &mut rmcp::transport::auth::AuthorizationManager,
+    ) -> Result<(), rmcp::transport::auth::AuthError> {
+        manager.set_metadata(self.metadata.clone());
+        if let Some(resource) = &self.resource {
+            manager.set_resource(resource.clone()).await;
+        }
+        manager.configure_client(self.config())
+    }
+
     pub(super) fn config(&self) -> OAuthClientConfig {
         let config = OAuthClientConfig::new(&self.client_id, &self.redirect_uri);
         match &self.client_secret {
@@ -45,6 +68,7 @@ impl OAuthService {
         json!({
             "client_id": self.client_metadata_url(),
             "client_name": self.inner.settings.oauth.client_name,
+            "application_type": APPLICATION_TYPE,
             "redirect_uris": [self.redirect_uri()],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
@@ -68,6 +92,7 @@ impl OAuthService {
             client_secret,
             redirect_uri: redirect_uri.clone(),
             verified_as: Some(verified_as.to_owned()),
+            resource: None,
         };
         if let Some(client_id) = &endpoint.oauth.client_id {
             return Ok(record(
@@ -129,6 +154,7 @@ impl OAuthService {
             .unwrap_or("client_secret_basic");
         let request = json!({
             "client_name": self.inner.settings.oauth.client_name,
+            "application_type": APPLICATION_TYPE,
             "redirect_uris": [redirect_uri],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],

@@ -255,9 +255,9 @@ impl UpstreamAuth for Connector {
                 .manager(&self.resource)
                 .await
                 .map_err(|e| McpError::Connect(e.to_string()))?;
-            manager.set_metadata(client.metadata.clone());
-            manager
-                .configure_client(client.config())
+            client
+                .configure(&mut manager)
+                .await
                 .map_err(|e| McpError::Connect(format!("OAuth client: {e}")))?;
             manager.set_credential_store(TokenStore {
                 repo,
