@@ -177,6 +177,7 @@ async fn settings_view(
     let principal = crate::services::GatewayPrincipal {
         user: user.clone(),
         assistant: assistant.clone(),
+        channel: crate::services::GatewayChannel::Mcp,
     };
     let tools = state.services.gateway.tools(&principal).await?;
     Ok(json!({

@@ -61,7 +61,7 @@ pub async fn setup(app: &TestApp, user: &str, upstream: &HttpUpstream) -> String
 }
 
 fn ask(message: &str) -> CallToolRequestParams {
-    let mut params = CallToolRequestParams::new("every.test_elicitation");
+    let mut params = CallToolRequestParams::new("every__test_elicitation");
     params.arguments = json!({"message": message}).as_object().cloned();
     params
 }

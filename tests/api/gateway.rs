@@ -87,35 +87,35 @@ async fn an_mcp_client_sees_namespaced_tools_of_both_upstreams_and_calls_them() 
 
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    for expected in ["fx.echo", "fx.add", "every.echo", "every.get-sum"] {
+    for expected in ["fx__echo", "fx__add", "every__echo", "every__get-sum"] {
         assert!(names.contains(&expected), "{expected} in {names:?}");
     }
     let echo = client
-        .call_tool(call("fx.echo", json!({"text": "through the gateway"})))
+        .call_tool(call("fx__echo", json!({"text": "through the gateway"})))
         .await
         .unwrap();
     assert_eq!(text(&echo), "through the gateway");
     let other = client
-        .call_tool(call("every.echo", json!({"message": "hi"})))
+        .call_tool(call("every__echo", json!({"message": "hi"})))
         .await
         .unwrap();
     assert!(text(&other).contains("hi"), "{other:?}");
 
     // Unknown tools and bad arguments are the client's mistakes.
     let unknown = client
-        .call_tool(call("fx.nope", json!({})))
+        .call_tool(call("fx__nope", json!({})))
         .await
         .unwrap_err();
-    assert!(unknown.to_string().contains("fx.nope"), "{unknown}");
+    assert!(unknown.to_string().contains("fx__nope"), "{unknown}");
     let invalid = client
-        .call_tool(call("fx.echo", json!({"text": 5})))
+        .call_tool(call("fx__echo", json!({"text": 5})))
         .await
         .unwrap_err();
     assert!(invalid.to_string().contains("input schema"), "{invalid}");
 
     // Resources and prompts of the upstreams come through too.
     let prompts = client.list_all_prompts().await.unwrap();
-    assert!(prompts.iter().any(|p| p.name == "fx.greet"), "{prompts:?}");
+    assert!(prompts.iter().any(|p| p.name == "fx__greet"), "{prompts:?}");
     let resources = client.list_all_resources().await.unwrap();
     let greeting = resources
         .iter()
@@ -145,7 +145,7 @@ async fn a_call_that_needs_approval_waits_for_the_user() {
     let client = connect(&app, "a1", &token).await;
     let peer = client.peer().clone();
     let parked = tokio::spawn(async move {
-        peer.call_tool(call("fx.add", json!({"a": 1, "b": 2})))
+        peer.call_tool(call("fx__add", json!({"a": 1, "b": 2})))
             .await
     });
 
@@ -174,18 +174,18 @@ async fn a_call_that_needs_approval_waits_for_the_user() {
 async fn one_upstream_crashing_leaves_the_other_working() {
     let (app, token) = gateway_app().await;
     let client = connect(&app, "a1", &token).await;
-    let crashed = client.call_tool(call("fx.crash", json!({}))).await;
+    let crashed = client.call_tool(call("fx__crash", json!({}))).await;
     // The fixture exits mid-call: a tool error the model can read, not a broken session.
     let crashed = crashed.expect("the gateway answers even when an upstream dies");
     assert_eq!(crashed.is_error, Some(true), "{crashed:?}");
     let other = client
-        .call_tool(call("every.echo", json!({"message": "still here"})))
+        .call_tool(call("every__echo", json!({"message": "still here"})))
         .await
         .unwrap();
     assert!(text(&other).contains("still here"));
     // The crashed server comes back on next use.
     let again = client
-        .call_tool(call("fx.echo", json!({"text": "back"})))
+        .call_tool(call("fx__echo", json!({"text": "back"})))
         .await
         .unwrap();
     assert_eq!(text(&again), "back");
@@ -232,11 +232,11 @@ async fn progress_is_relayed_and_list_changes_are_announced() {
     let tools = client.list_all_tools().await.unwrap();
     let progress = tools
         .iter()
-        .find(|t| t.name == "fx.progress")
-        .expect("fx.progress");
+        .find(|t| t.name == "fx__progress")
+        .expect("fx__progress");
     assert!(progress.input_schema.contains_key("properties"));
     let result = client
-        .call_tool(call("fx.progress", json!({"steps": 3, "delayMs": 10})))
+        .call_tool(call("fx__progress", json!({"steps": 3, "delayMs": 10})))
         .await
         .unwrap();
     assert!(text(&result).contains("3 steps"), "{result:?}");
@@ -399,7 +399,7 @@ async fn the_python_sdk_client_lists_and_calls_through_the_gateway() {
         .map(|t| t.as_str().unwrap())
         .collect();
     assert!(
-        tools.contains(&"fx.echo") && tools.contains(&"every.get-sum"),
+        tools.contains(&"fx__echo") && tools.contains(&"every__get-sum"),
         "{tools:?}"
     );
     assert_eq!(seen["echo"], "from python");
@@ -566,8 +566,11 @@ async fn the_cached_tool_view_follows_server_and_binding_changes() {
         tools.into_iter().map(|t| t.name.to_string()).collect()
     };
     let before = names(client.list_all_tools().await.unwrap());
-    assert!(before.contains(&"fx.echo".to_owned()), "{before:?}");
-    assert!(before.iter().any(|n| n.starts_with("every.")), "{before:?}");
+    assert!(before.contains(&"fx__echo".to_owned()), "{before:?}");
+    assert!(
+        before.iter().any(|n| n.starts_with("every__")),
+        "{before:?}"
+    );
     // Twice the same: the second comes from the cached view.
     assert_eq!(names(client.list_all_tools().await.unwrap()), before);
 
@@ -592,22 +595,22 @@ async fn the_cached_tool_view_follows_server_and_binding_changes() {
     assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
     let after_update = names(client.list_all_tools().await.unwrap());
     assert!(
-        !after_update.contains(&"fx.echo".to_owned()),
+        !after_update.contains(&"fx__echo".to_owned()),
         "{after_update:?}"
     );
     assert!(
-        after_update.contains(&"fx.add".to_owned()),
+        after_update.contains(&"fx__add".to_owned()),
         "{after_update:?}"
     );
 
     app.bind_ok("u", "a1", [&fx]).await;
     let after_unbind = names(client.list_all_tools().await.unwrap());
     assert!(
-        !after_unbind.iter().any(|n| n.starts_with("every.")),
+        !after_unbind.iter().any(|n| n.starts_with("every__")),
         "{after_unbind:?}"
     );
     let result = client
-        .call_tool(call("every.echo", json!({"message": "x"})))
+        .call_tool(call("every__echo", json!({"message": "x"})))
         .await;
     assert!(
         result.is_err(),
@@ -643,10 +646,10 @@ async fn each_prefix_mode_names_tools_and_an_assistant_can_choose_its_own() {
     assert!(
         always
             .iter()
-            .all(|n| n.starts_with("fx.") || n.starts_with("every.")),
+            .all(|n| n.starts_with("fx__") || n.starts_with("every__")),
         "{always:?}"
     );
-    let pairs: Vec<(&str, &str)> = always.iter().map(|n| n.split_once('.').unwrap()).collect();
+    let pairs: Vec<(&str, &str)> = always.iter().map(|n| n.split_once("__").unwrap()).collect();
     let shared = |tool: &str| pairs.iter().filter(|(_, t)| *t == tool).count() > 1;
     assert!(shared("echo"), "both servers offer echo: {always:?}");
 
@@ -658,7 +661,7 @@ async fn each_prefix_mode_names_tools_and_an_assistant_can_choose_its_own() {
         .iter()
         .map(|(server, tool)| {
             if shared(tool) {
-                format!("{server}.{tool}")
+                format!("{server}__{tool}")
             } else {
                 (*tool).to_owned()
             }
@@ -737,9 +740,9 @@ async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
         Some("2026-07-28".to_owned())
     );
     let tools = client.list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "fx.echo"), "{tools:?}");
+    assert!(tools.iter().any(|t| t.name == "fx__echo"), "{tools:?}");
     let result = client
-        .call_tool(call("fx.echo", json!({"text": "no session"})))
+        .call_tool(call("fx__echo", json!({"text": "no session"})))
         .await
         .unwrap();
     assert_eq!(text(&result), "no session");
@@ -757,7 +760,7 @@ async fn a_session_in_use_outlives_its_idle_timeout() {
     let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
     for round in 0..8 {
         let result = client
-            .call_tool(call("fx.echo", json!({"text": format!("round {round}")})))
+            .call_tool(call("fx__echo", json!({"text": format!("round {round}")})))
             .await
             .expect("a session in use is kept");
         assert_eq!(text(&result), format!("round {round}"));
@@ -766,7 +769,7 @@ async fn a_session_in_use_outlives_its_idle_timeout() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(
         client
-            .call_tool(call("fx.echo", json!({"text": "late"})))
+            .call_tool(call("fx__echo", json!({"text": "late"})))
             .await
             .is_err(),
         "a session left idle past its timeout ends"
@@ -784,7 +787,7 @@ async fn a_slow_calls_stream_is_primed_while_it_runs_and_resumes_after_a_drop() 
         .post(
             Some(&session),
             json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "fx.slow", "arguments": {"ms": 1500}}}),
+                "params": {"name": "fx__slow", "arguments": {"ms": 1500}}}),
         )
         .await;
     assert_eq!(call.status(), StatusCode::OK);
@@ -850,7 +853,7 @@ async fn the_gateway_tells_each_json_rpc_message_by_its_members() {
         .post(
             Some(&session),
             json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "fx.echo", "arguments": {"text": "hé 😀"}}}),
+                "params": {"name": "fx__echo", "arguments": {"text": "hé 😀"}}}),
         )
         .await;
     let called = jsonrpc_answer(call, 2).await;
@@ -969,7 +972,7 @@ async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams(
             .post(
                 Some(&session),
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                    "params": {"name": "fx.echo", "arguments": {"text": format!("quick {id}")}}}),
+                    "params": {"name": "fx__echo", "arguments": {"text": format!("quick {id}")}}}),
             )
             .await;
         assert_eq!(echo.status(), StatusCode::OK);
@@ -995,7 +998,7 @@ async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams(
         .post(
             Some(&session),
             json!({"jsonrpc": "2.0", "id": 100, "method": "tools/call",
-                "params": {"name": "fx.progress", "arguments": {"steps": 3, "delayMs": 0},
+                "params": {"name": "fx__progress", "arguments": {"steps": 3, "delayMs": 0},
                     "_meta": {"progressToken": "p2"}}}),
         )
         .await;
@@ -1018,4 +1021,62 @@ async fn a_quick_answer_is_one_json_body_and_a_call_with_progress_still_streams(
     let last = messages.last().unwrap();
     assert_eq!(last["id"], 100, "the answer comes last: {body}");
     assert_eq!(last["result"]["content"][0]["text"], "done after 3 steps");
+}
+
+/// Tool names a client library hands to a model unchanged must be names every major model
+/// API accepts as a function name (OpenAI `^[a-zA-Z0-9_-]+$`, Anthropic
+/// `^[a-zA-Z0-9_-]{1,64}$`): the default separator keeps them so, however the server is
+/// named, and a name cut to 64 characters still calls its tool.
+#[tokio::test]
+async fn gateway_tool_names_are_function_names_every_model_api_accepts() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    app.create_preset_ok(fixture_preset()).await;
+    let long_name = "Team.Tools: the fixture server with a name far longer than usual";
+    let fx = app
+        .create_server_ok(
+            "u",
+            json!({"name": long_name, "preset": "fixture", "autoApproveTools": ["echo"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&fx]).await;
+    let created = app
+        .user(
+            "u",
+            Method::POST,
+            "/api/assistants/a1/gateway-tokens",
+            Some(json!({"name": "desktop"})),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let client = connect(&app, "a1", created.body["token"].as_str().unwrap()).await;
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(!names.is_empty());
+    for name in &names {
+        assert!(
+            (1..=64).contains(&name.len())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{name:?} is no function name a model API accepts: {names:?}"
+        );
+    }
+    // The fixture lists echo first; every name here is cut, so echo's is the first.
+    let echo = &names[0];
+    assert!(
+        echo.starts_with("Team_Tools__the_fixture") && echo.len() == 64,
+        "a long name is cut to 64: {names:?}"
+    );
+    let result = client
+        .call_tool(call(echo, json!({"text": "by its cut name"})))
+        .await
+        .unwrap();
+    // Which tool a cut name stands for is looked up, never read off the name.
+    assert_eq!(text(&result), "by its cut name", "{result:?}");
+    client.cancel().await.unwrap();
 }

@@ -83,7 +83,7 @@ async fn prompt_arguments_complete_and_subscribed_updates_arrive_through_the_gat
         .unwrap();
     client
         .call_tool(CallToolRequestParams::new(
-            "every.toggle-subscriber-updates",
+            "every__toggle-subscriber-updates",
         ))
         .await
         .unwrap();

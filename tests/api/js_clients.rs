@@ -35,7 +35,7 @@ async fn run(library: &str) -> Value {
             .arg(library)
             .arg(format!("{}/mcp/assistants/a1", app.address))
             .arg(&token)
-            .arg("fx.echo")
+            .arg("fx__echo")
             .arg(format!("from {library}"))
             .kill_on_drop(true)
             .output(),
@@ -59,7 +59,7 @@ async fn the_vercel_ai_sdk_lists_calls_reads_and_gets_prompts_through_the_gatewa
             .as_array()
             .unwrap()
             .iter()
-            .any(|t| t == "fx.echo"),
+            .any(|t| t == "fx__echo"),
         "{seen}"
     );
     assert_eq!(seen["called"], "from ai-sdk", "{seen}");

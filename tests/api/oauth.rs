@@ -599,7 +599,7 @@ async fn the_agent_loop_and_the_gateway_name_the_url_a_call_needs() {
     let config = || app.gateway_client_config("a1", &token);
     // A client without URL elicitation: a tool error naming the URL.
     let plain = ().serve(StreamableHttpClientTransport::from_config(config())).await.unwrap();
-    let mut params = rmcp::model::CallToolRequestParams::new("protected.admin_tool");
+    let mut params = rmcp::model::CallToolRequestParams::new("protected__admin_tool");
     params.arguments = Some(Default::default());
     let result = plain.call_tool(params.clone()).await.unwrap();
     assert_eq!(result.is_error, Some(true));

@@ -90,7 +90,7 @@ async fn resource_and_prompt_list_changes_reach_gateway_clients() {
     // The session's listener starts with it; give the first call a moment to find it.
     client.list_all_tools().await.unwrap();
     client
-        .call_tool(CallToolRequestParams::new("fx.announce"))
+        .call_tool(CallToolRequestParams::new("fx__announce"))
         .await
         .unwrap();
     let within = std::time::Duration::from_secs(10);
@@ -144,7 +144,7 @@ async fn a_gateway_session_gets_log_messages_at_or_above_its_level() {
         .await
         .unwrap();
     for (text, level) in [("quiet", "info"), ("loud", "error")] {
-        let mut call = CallToolRequestParams::new("fx.log");
+        let mut call = CallToolRequestParams::new("fx__log");
         call.arguments = json!({"text": text, "level": level}).as_object().cloned();
         client.call_tool(call).await.unwrap();
     }

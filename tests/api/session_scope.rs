@@ -67,8 +67,8 @@ async fn each_gateway_session_gets_its_own_session_of_a_conversation_scoped_serv
     let second = connect(&app, "a1", &token).await;
 
     let own = (
-        pid_through(&first, "own.pid").await,
-        pid_through(&second, "own.pid").await,
+        pid_through(&first, "own__pid").await,
+        pid_through(&second, "own__pid").await,
     );
     assert_ne!(
         own.0, own.1,
@@ -76,12 +76,12 @@ async fn each_gateway_session_gets_its_own_session_of_a_conversation_scoped_serv
     );
     assert_eq!(
         own.0,
-        pid_through(&first, "own.pid").await,
+        pid_through(&first, "own__pid").await,
         "a tab keeps its own"
     );
     let shared = (
-        pid_through(&first, "shared.pid").await,
-        pid_through(&second, "shared.pid").await,
+        pid_through(&first, "shared__pid").await,
+        pid_through(&second, "shared__pid").await,
     );
     assert_eq!(shared.0, shared.1, "a user-scoped server is shared");
 
@@ -103,7 +103,7 @@ async fn each_gateway_session_gets_its_own_session_of_a_conversation_scoped_serv
     })
     .await;
     assert!(process_exists(own.1));
-    assert_eq!(pid_through(&second, "own.pid").await, own.1);
+    assert_eq!(pid_through(&second, "own__pid").await, own.1);
     assert!(process_exists(shared.0), "the shared session stays");
 }
 
@@ -121,7 +121,7 @@ async fn each_chat_conversation_gets_its_own_session_of_a_conversation_scoped_se
         )
         .await;
     app.bind_ok("u", "a1", [&own]).await;
-    // One turn that calls `own.pid` in `conversation` (a new one when `None`).
+    // One turn that calls `own__pid` in `conversation` (a new one when `None`).
     let turn = |conversation: Option<String>| {
         llm.push(openai_tool_calls("", &[("c1", "mcp__own__pid", json!({}))]));
         llm.push(openai_text("done"));

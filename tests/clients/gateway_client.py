@@ -1,7 +1,7 @@
 """The reference Python MCP SDK as a client of mcp-pool's gateway.
 
 usage: gateway_client.py URL TOKEN
-Lists the tools, calls fx.echo and every.echo, and prints one JSON object with what it saw.
+Lists the tools, calls fx__echo and every__echo, and prints one JSON object with what it saw.
 """
 
 import asyncio
@@ -25,8 +25,8 @@ async def main(url: str, token: str) -> None:
             async with ClientSession(read, write) as session:
                 info = await session.initialize()
                 tools = await session.list_tools()
-                echo = await session.call_tool("fx.echo", {"text": "from python"})
-                other = await session.call_tool("every.echo", {"message": "python says hi"})
+                echo = await session.call_tool("fx__echo", {"text": "from python"})
+                other = await session.call_tool("every__echo", {"message": "python says hi"})
                 print(
                     json.dumps(
                         {

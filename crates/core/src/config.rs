@@ -129,6 +129,8 @@ pub struct GatewaySettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct XiaozhiSettings {
+    /// Tool names over the bridges: `{server}{separator}{tool}` (`gateway.prefix` applies).
+    pub separator: String,
     pub max_result_bytes: usize,
     pub ping_interval_secs: u64,
     pub reconnect_min_secs: u64,
@@ -467,18 +469,21 @@ impl Settings {
                 });
             }
         }
-        if self.gateway.separator.is_empty()
-            || self.gateway.separator.len() > 3
-            || !self
-                .gateway
-                .separator
-                .chars()
-                .all(|c| matches!(c, '.' | '_' | '-' | '/' | ':'))
-        {
-            return Err(ConfigError::Invalid {
-                key: "gateway.separator",
-                reason: "must be 1 to 3 of the characters . _ - / :".into(),
-            });
+        for (key, separator) in [
+            ("gateway.separator", &self.gateway.separator),
+            ("xiaozhi.separator", &self.xiaozhi.separator),
+        ] {
+            if separator.is_empty()
+                || separator.len() > 3
+                || !separator
+                    .chars()
+                    .all(|c| matches!(c, '.' | '_' | '-' | '/' | ':'))
+            {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be 1 to 3 of the characters . _ - / :".into(),
+                });
+            }
         }
         if crate::domain::tool_name::PrefixMode::parse(&self.gateway.prefix).is_none() {
             return Err(ConfigError::Invalid {

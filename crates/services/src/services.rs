@@ -23,7 +23,7 @@ pub(crate) mod tool_calls;
 pub(crate) mod upstream;
 
 pub use assistants::AssistantService;
-pub use gateway::{GatewayPrincipal, GatewayService, GatewayTools};
+pub use gateway::{GatewayChannel, GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{ConsoleSession, KeyService, Principal, console_csrf};
 pub use oauth::OAuthService;

@@ -26,10 +26,25 @@ fn sanitize(part: &str) -> String {
         .collect()
 }
 
+/// Longest name the gateway gives a tool or prompt: what model APIs accept as a function
+/// name (OpenAI, Anthropic: 64).
+pub const MAX_GATEWAY_NAME: usize = 64;
+
 /// A tool's name on the gateway (seed 002): `{namespace}{separator}{tool}`, the namespace
-/// being the server's name with anything but letters, digits, `_` and `-` made `_`.
+/// being the server's name with anything but letters, digits, `_` and `-` made `_`. A
+/// name over [`MAX_GATEWAY_NAME`] keeps its start and ends in a hash of the server and
+/// tool, so two long names stay apart.
 pub fn gateway_name(server: &str, separator: &str, tool: &str) -> String {
-    format!("{}{separator}{tool}", sanitize(server))
+    let full = format!("{}{separator}{tool}", sanitize(server));
+    if full.len() <= MAX_GATEWAY_NAME {
+        return full;
+    }
+    let digest = hex::encode(Sha256::digest(format!("{server}\u{0}{tool}").as_bytes()));
+    let mut keep = MAX_GATEWAY_NAME - HASH_CHARS - 1;
+    while !full.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}_{}", &full[..keep], &digest[..HASH_CHARS])
 }
 
 /// How the gateway names the tools and prompts of an assistant's servers.
@@ -168,6 +183,23 @@ impl ToolNameTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixed_names_are_bounded_and_stay_apart() {
+        let server = "a-server-with-a-rather-long-name-indeed";
+        let (one, two) = (
+            "a_tool_whose_name_is_also_long_one",
+            "a_tool_whose_name_is_also_long_two",
+        );
+        let first = gateway_name(server, "__", one);
+        let second = gateway_name(server, "__", two);
+        assert!(first.len() <= MAX_GATEWAY_NAME && second.len() <= MAX_GATEWAY_NAME);
+        assert_ne!(first, second);
+        assert!(first.starts_with("a-server-with-a-rather-long-name-indeed__a_tool"));
+        assert_eq!(gateway_name("fx", "__", "echo"), "fx__echo");
+        // A tool name of the server's own (not sanitized) is cut on a character boundary.
+        assert!(gateway_name(server, ".", &"é".repeat(40)).len() <= MAX_GATEWAY_NAME);
+    }
 
     #[test]
     fn each_prefix_mode_names_as_documented() {

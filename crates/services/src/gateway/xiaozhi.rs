@@ -29,7 +29,7 @@ use crate::config::Settings;
 use crate::domain::{AssistantId, InstanceId, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::security::UrlPolicy;
-use crate::services::{GatewayPrincipal, GatewayService};
+use crate::services::{GatewayChannel, GatewayPrincipal, GatewayService};
 use crate::store::{Store, XiaozhiBridge};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -309,6 +309,7 @@ impl XiaozhiBridges {
                 Some(GatewayPrincipal {
                     user: bridge.user_id.clone(),
                     assistant: bridge.assistant_id.clone(),
+                    channel: GatewayChannel::Xiaozhi,
                 }),
                 self.settings.xiaozhi.max_result_bytes,
             ),

@@ -31,11 +31,22 @@ mod view;
 pub use view::GatewayTools;
 use view::ToolView;
 
-/// Who a gateway session acts for: one user's one assistant.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who a gateway session acts for: one user's one assistant, and the door it came in by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GatewayPrincipal {
     pub user: UserId,
     pub assistant: AssistantId,
+    pub channel: GatewayChannel,
+}
+
+/// How a gateway session reached the service: its tool names take that door's separator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GatewayChannel {
+    /// `/mcp/assistants/{id}` (`gateway.separator`).
+    #[default]
+    Mcp,
+    /// A Xiaozhi bridge (`xiaozhi.separator`).
+    Xiaozhi,
 }
 
 #[derive(Clone)]
@@ -48,8 +59,9 @@ pub struct GatewayService {
     tokens: TokenAuthenticator<GatewayPrincipal>,
     /// Bindings and each assistant's prefix mode.
     bindings: super::assistants::BindingCache,
-    /// The last tool view built per (user, assistant), with what it was built from.
-    views: Cache<(UserId, AssistantId), Arc<ToolView>>,
+    /// The last tool view built per (user, assistant, channel), with what it was built
+    /// from.
+    views: Cache<GatewayPrincipal, Arc<ToolView>>,
 }
 
 /// A token's prefix kept in clear so people can tell their tokens apart.
@@ -150,6 +162,7 @@ impl GatewayService {
                     .map(|token| GatewayPrincipal {
                         user: token.user_id,
                         assistant: token.assistant_id,
+                        channel: GatewayChannel::Mcp,
                     }))
             })
             .await
@@ -163,7 +176,7 @@ impl GatewayService {
             .assistant_catalogs(&principal.user, &principal.assistant)
             .await?;
         let mode = self.prefix_mode(principal).await?;
-        let key = (principal.user.clone(), principal.assistant.clone());
+        let key = principal.clone();
         if let Some(view) = self.views.get(&key).await
             && view.built_from(mode, &catalogs)
         {
@@ -174,7 +187,8 @@ impl GatewayService {
             .map(|c| (c.server_id, c.listing.as_ref().ok().cloned()))
             .collect();
         let all_listed = catalogs.iter().all(|c| c.listing.is_ok());
-        let tools = Arc::new(self.name_tools(mode, AssistantTools::assemble(catalogs)));
+        let separator = self.separator(principal);
+        let tools = Arc::new(self.name_tools(mode, separator, AssistantTools::assemble(catalogs)));
         // A view with a failing server is not kept: its error may pass at the next call.
         if all_listed {
             self.views

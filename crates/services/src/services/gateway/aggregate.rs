@@ -201,7 +201,7 @@ impl GatewayService {
             .iter()
             .map(|(_, server, prompt)| (server.as_str(), prompt.name.as_str()))
             .collect();
-        let names = gateway_names(mode, &self.settings.gateway.separator, &items);
+        let names = gateway_names(mode, self.separator(principal), &items);
         drop(items);
         Ok(listed
             .into_iter()

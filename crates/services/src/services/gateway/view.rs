@@ -83,7 +83,20 @@ impl GatewayService {
         }))
     }
 
-    pub(super) fn name_tools(&self, mode: PrefixMode, listing: AssistantTools) -> GatewayTools {
+    /// The separator of the door `principal` came in by.
+    pub(super) fn separator(&self, principal: &GatewayPrincipal) -> &str {
+        match principal.channel {
+            super::GatewayChannel::Mcp => &self.settings.gateway.separator,
+            super::GatewayChannel::Xiaozhi => &self.settings.xiaozhi.separator,
+        }
+    }
+
+    pub(super) fn name_tools(
+        &self,
+        mode: PrefixMode,
+        separator: &str,
+        listing: AssistantTools,
+    ) -> GatewayTools {
         let items: Vec<(&str, &str)> = listing
             .tools
             .iter()
@@ -92,7 +105,7 @@ impl GatewayService {
         let mut names = HashMap::new();
         let mut ordered = Vec::new();
         let mut hidden = Vec::new();
-        for (index, name) in gateway_names(mode, &self.settings.gateway.separator, &items)
+        for (index, name) in gateway_names(mode, separator, &items)
             .into_iter()
             .enumerate()
         {
