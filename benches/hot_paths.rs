@@ -202,7 +202,7 @@ fn registry(c: &mut Criterion) {
 /// from the SSE stream (the load tool's gateway client, and the pool toward HTTP upstreams).
 fn jsonrpc(c: &mut Criterion) {
     use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-    let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fixture.echo","arguments":{"text":"hello"},"_meta":{"progressToken":7}}}"#;
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fixture__echo","arguments":{"text":"hello"},"_meta":{"progressToken":7}}}"#;
     let answer = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}"#;
     c.bench_function("jsonrpc/parse_tools_call", |b| {
         b.iter(|| serde_json::from_slice::<ClientJsonRpcMessage>(black_box(call)).expect("call"))

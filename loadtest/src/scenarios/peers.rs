@@ -383,7 +383,7 @@ pub async fn run(
                 let summary = match *path {
                     "gateway" | "mcp-proxy" => {
                         let (peer, name) = if *path == "gateway" {
-                            (gateway.clone(), "fx.echo")
+                            (gateway.clone(), "fx__echo")
                         } else {
                             (proxy_client.clone().context("mcp-proxy runs")?, "echo")
                         };
