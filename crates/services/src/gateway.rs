@@ -23,12 +23,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::*;
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use notices::relay;
+use notices::{Listener, relay};
 
 use crate::error::{Error, Resource as Missing};
 use crate::services::{GatewayPrincipal, GatewayService};
@@ -59,6 +59,14 @@ pub struct GatewayHandler {
 }
 
 /// Whether the request's client speaks a revision without `initialize` (2026-07-28).
+/// Methods of earlier revisions that 2026-07-28 removed (its clients get -32601 for them).
+const REMOVED_IN_2026_07_28: [&str; 4] = [
+    "initialize",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
 fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
@@ -79,6 +87,17 @@ fn typed(result_type: &mut Option<ResultType>, modern: bool) {
 fn to_mcp_error(error: Error) -> ErrorData {
     let data = Some(json!({"code": error.code()}));
     match &error {
+        // The upstream's own JSON-RPC error, as it sent it (an invalid or tampered
+        // requestState, a capability the client lacks, bad params).
+        Error::Pool(crate::pool::PoolError::Upstream(crate::mcp::McpError::Remote {
+            code,
+            message,
+            data: upstream_data,
+        })) => ErrorData::new(
+            rmcp::model::ErrorCode(*code),
+            message.clone(),
+            upstream_data.clone(),
+        ),
         Error::NotFound(Missing::Tool | Missing::Prompt | Missing::Resource, _)
         | Error::InvalidArguments(_)
         | Error::Validation(_) => ErrorData::invalid_params(error.to_string(), data),
@@ -159,6 +178,50 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
 /// these methods' futures, and a spawn copies it several times over: the services' futures
 /// are boxed here (`Box::pin`), and `tools/call`'s own, so a call's task holds pointers,
 /// not ~13 KB of state.
+/// Relays to `listener` what concerns the principal's tools and bound servers (list
+/// changes, and resource updates and log messages where it takes them) until the session
+/// ends or the listener goes away.
+async fn follow(
+    service: GatewayService,
+    principal: GatewayPrincipal,
+    ended: CancellationToken,
+    listener: Listener,
+) {
+    let mut changes = service.pool_changes();
+    let mut notices = service.notices();
+    let mut bound = service.server_ids(&principal).await.unwrap_or_default();
+    loop {
+        tokio::select! {
+            () = ended.cancelled() => break,
+            change = changes.recv() => match change {
+                Ok(key) if key.user == principal.user => {
+                    bound = service.server_ids(&principal).await.unwrap_or(bound);
+                    if listener.tools_changed().await.is_err() {
+                        break;
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+            notice = notices.recv() => match notice {
+                Ok(notice)
+                    if notice.key.user == principal.user
+                        && bound.contains(&notice.key.server) =>
+                {
+                    if relay(&listener, &notice.event).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+        }
+        if listener.is_closed() {
+            break;
+        }
+    }
+}
+
 impl ServerHandler for GatewayHandler {
     async fn initialize(
         &self,
@@ -247,8 +310,8 @@ impl ServerHandler for GatewayHandler {
             env!("CARGO_PKG_VERSION"),
         ))
         .with_instructions(
-            "The tools of one assistant's MCP servers, named {server}.{tool}. Some tools wait \
-             for the user's approval before they run.",
+            "The tools of one assistant's MCP servers, each named after its server and tool. \
+             Some tools wait for the user's approval before they run.",
         )
     }
 
@@ -256,45 +319,45 @@ impl ServerHandler for GatewayHandler {
         let Ok(principal) = self.principal(&context.extensions) else {
             return;
         };
-        let mut changes = self.service.pool_changes();
-        let mut notices = self.service.notices();
-        let service = self.service.clone();
-        let listening = self.listening.clone();
-        let peer = context.peer;
-        let ended = self.session.clone();
-        tokio::spawn(async move {
-            let mut bound = service.server_ids(&principal).await.unwrap_or_default();
-            loop {
-                tokio::select! {
-                    () = ended.cancelled() => break,
-                    change = changes.recv() => match change {
-                        Ok(key) if key.user == principal.user => {
-                            bound = service.server_ids(&principal).await.unwrap_or(bound);
-                            if peer.notify_tool_list_changed().await.is_err() {
-                                break;
-                            }
-                        }
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                    },
-                    notice = notices.recv() => match notice {
-                        Ok(notice)
-                            if notice.key.user == principal.user
-                                && bound.contains(&notice.key.server) =>
-                        {
-                            if relay(&peer, &listening, &notice.event).await.is_err() {
-                                break;
-                            }
-                        }
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                    },
-                }
-                if peer.is_transport_closed() {
-                    break;
-                }
+        let listener = Listener::Stream {
+            peer: context.peer,
+            listening: self.listening.clone(),
+        };
+        let (service, ended) = (self.service.clone(), self.session.clone());
+        tokio::spawn(follow(service, principal, ended, listener));
+    }
+
+    /// `subscriptions/listen` (2026-07-28): every list change and resource update the
+    /// gateway offers (rmcp keeps to what the client asked for and the gateway announced).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    /// One 2026-07-28 client's notices, on its `subscriptions/listen` stream until the
+    /// client ends the request or the session ends.
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        let principal = self.principal(&subscription.request_context().extensions)?;
+        // The resources it names are subscribed to upstream, as `resources/subscribe` does.
+        for uri in subscription
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+        {
+            if let Err(error) = Box::pin(self.service.subscription(&principal, uri, true)).await {
+                tracing::debug!(%uri, %error, "a listened-to resource could not be subscribed to upstream");
             }
-        });
+        }
+        let listener = Listener::Subscription(subscription.sink().clone());
+        let (service, ended) = (self.service.clone(), self.session.clone());
+        tokio::select! {
+            () = follow(service, principal, ended, listener) => {}
+            () = subscription.cancelled() => {}
+        }
+        Ok(())
     }
 
     async fn list_tools(
@@ -381,28 +444,35 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<GetPromptResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
         let modern = speaks_modern(&context);
-        Box::pin(
-            self.service
-                .get_prompt(&principal, &request.name, request.arguments),
-        )
-        .await
-        .map(|mut result| {
-            typed(&mut result.result_type, modern);
-            result.into()
-        })
-        .map_err(to_mcp_error)
+        // A 2026-07-28 client takes a 2026-07-28 server's rounds itself.
+        let relayed = modern.then(|| crate::mcp::RelayedRound {
+            input_responses: request.input_responses,
+            request_state: request.request_state,
+            client_capabilities: context.client_capabilities(),
+        });
+        let prompt = (request.name.as_str(), request.arguments);
+        match Box::pin(self.service.get_prompt(&principal, prompt, relayed)).await {
+            Ok(GetPromptResponse::Complete(mut result)) => {
+                typed(&mut result.result_type, modern);
+                Ok(result.into())
+            }
+            Ok(asked) => Ok(asked),
+            Err(error) => Err(to_mcp_error(error)),
+        }
     }
 
     /// A request of a method MCP defines whose params do not fit it reaches here (rmcp
     /// reads it as a custom request): it is answered "invalid params" with the reason,
-    /// not "method not found".
+    /// not "method not found". For a 2026-07-28 client the methods that revision removed
+    /// are no methods at all (SEP-2575: -32601, which goes out as HTTP 404).
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let message = json!({"method": request.method, "params": request.params});
-        match ClientRequest::member_refusal(&message) {
+        let removed = speaks_modern(&context) && REMOVED_IN_2026_07_28.contains(&&*request.method);
+        match ClientRequest::member_refusal(&message).filter(|_| !removed) {
             Some(reason) => {
                 // serde's word for absent params names an internal type.
                 let reason = match request.params {

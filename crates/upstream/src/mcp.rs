@@ -15,7 +15,7 @@ mod sse;
 pub(crate) mod stdio;
 mod url_free;
 
-pub use client::{CallOutcome, McpClient, Progress, ServerFeatures};
+pub use client::{CallOutcome, CallPeers, McpClient, Progress, RelayedRound, ServerFeatures};
 pub use connect::{UpstreamSpec, UpstreamTransport, connect};
 pub use handler::UpstreamEvents;
 pub use http::{LeasedClient, UpstreamHttp};
@@ -36,7 +36,12 @@ pub enum McpError {
     #[error("the connection to the MCP server was lost: {}", excerpt(.0))]
     Transport(String),
     #[error("the MCP server answered with error {code}: {}", excerpt(.message))]
-    Remote { code: i32, message: String },
+    Remote {
+        code: i32,
+        message: String,
+        /// The error's `data`, for a caller that relays the error as the server sent it.
+        data: Option<serde_json::Value>,
+    },
     #[error("the MCP server sent an unexpected response: {}", excerpt(.0))]
     Protocol(String),
     #[error("the MCP server's answer is larger than the {0} bytes this service accepts")]
@@ -117,6 +122,7 @@ impl From<rmcp::service::ServiceError> for McpError {
             E::McpError(data) => McpError::Remote {
                 code: data.code.0,
                 message: data.message.to_string(),
+                data: data.data,
             },
             E::Timeout { timeout } => McpError::Timeout(timeout),
             E::TransportSend(e) => match refusal(&e) {

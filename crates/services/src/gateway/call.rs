@@ -14,9 +14,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::downstream::PeerDownstream;
+use super::rounds::Rounds;
 use super::{GatewayHandler, speaks_modern, to_mcp_error};
 use crate::error::Error;
 use crate::mcp::downstream::Downstream;
+use crate::mcp::{McpError, RelayedRound};
+use crate::pool::PoolError;
 use crate::services::{Caller, GatewayPrincipal};
 
 /// `URLElicitationRequiredError` (MCP 2025-11-25).
@@ -33,15 +36,33 @@ fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
 
 /// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
 /// errors; a call that was made and failed is a result the model should read.
-fn call_outcome(result: Result<CallToolResult, Error>) -> Result<CallToolResult, ErrorData> {
+fn call_outcome(result: Result<CallToolResponse, Error>) -> Result<CallToolResponse, ErrorData> {
     match result {
-        Ok(result) => Ok(result),
-        Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => Err(to_mcp_error(error)),
+        Ok(response) => Ok(response),
+        Err(
+            error @ (Error::NotFound(..)
+            | Error::InvalidArguments(_)
+            | Error::Pool(PoolError::Upstream(McpError::Remote { .. }))),
+        ) => Err(to_mcp_error(error)),
         Err(error) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
             "{}: {error}",
             error.code()
-        ))])),
+        ))])
+        .into()),
     }
+}
+
+/// What a 2026-07-28 client's call carries for an upstream's rounds: its answers and the
+/// upstream's state (a state this gateway made is resumed here instead, see `rounds`).
+fn relayed_round(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Option<RelayedRound> {
+    speaks_modern(context).then(|| RelayedRound {
+        input_responses: request.input_responses.clone(),
+        request_state: request.request_state.clone(),
+        client_capabilities: context.client_capabilities(),
+    })
 }
 
 impl GatewayHandler {
@@ -56,7 +77,9 @@ impl GatewayHandler {
         if !speaks_modern(context) {
             return None;
         }
-        if let Some(state) = &request.request_state {
+        if let Some(state) = &request.request_state
+            && Rounds::made_here(state)
+        {
             let responses = request.input_responses.clone();
             return Some(self.rounds.resume(&principal.user, state, responses).await);
         }
@@ -68,6 +91,7 @@ impl GatewayHandler {
         }
         let (service, principal_owned) = (self.service.clone(), principal.clone());
         let (name, arguments) = (request.name.to_string(), request.arguments.clone());
+        let relayed = relayed_round(request, context);
         let max_result_bytes = self.max_result_bytes;
         let response = self
             .rounds
@@ -77,6 +101,7 @@ impl GatewayHandler {
                         live: None,
                         downstream: Some(downstream),
                         scope: None,
+                        relayed,
                     };
                     let result = service
                         .call(
@@ -92,7 +117,7 @@ impl GatewayHandler {
                 })
             })
             .await;
-        Some(Ok(response))
+        Some(response)
     }
 
     /// `tools/call`, boxed by [`ServerHandler::call_tool`]: the largest of the handler's
@@ -112,6 +137,7 @@ impl GatewayHandler {
         let token = context.meta.get_progress_token();
         let cancel: CancellationToken = context.ct.clone();
         let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
+        let relayed = relayed_round(&request, &context);
         let mut call = Box::pin(self.service.call(
             &principal,
             &request.name,
@@ -120,6 +146,7 @@ impl GatewayHandler {
                 live: Some(&live),
                 downstream: Some(downstream),
                 scope: Some(self.session_scope(&principal)),
+                relayed,
             },
             &cancel,
             self.max_result_bytes,
@@ -147,7 +174,7 @@ impl GatewayHandler {
             relay(update).await;
         }
         match result {
-            Ok(result) => Ok(result.into()),
+            Ok(response) => Ok(response),
             Err(error @ (Error::NotFound(..) | Error::InvalidArguments(_))) => {
                 Err(to_mcp_error(error))
             }
@@ -179,7 +206,7 @@ impl GatewayHandler {
                     })),
                 ))
             }
-            other => call_outcome(other).map(Into::into),
+            other => call_outcome(other),
         }
     }
 

@@ -29,6 +29,10 @@ use crate::mcp::downstream::Downstream;
 /// The key of the one input request each round carries.
 const KEY: &str = "upstream";
 
+/// How this gateway's own `requestState`s begin: a retry naming one of them resumes a round
+/// here; any other state is an upstream's own, passed to it (see `mcp::CallPeers`).
+const STATE_PREFIX: &str = "mcp-pool-round-";
+
 /// A question of the upstream, with where its answer goes.
 enum Question {
     Elicit(ElicitRequestParams, oneshot::Sender<Value>),
@@ -54,7 +58,7 @@ impl Question {
 /// One call whose client is asked in rounds.
 struct Running {
     questions: mpsc::Receiver<Question>,
-    result: tokio::task::JoinHandle<Result<CallToolResult, ErrorData>>,
+    result: tokio::task::JoinHandle<Result<CallToolResponse, ErrorData>>,
     /// Cancels the call when the round is dropped unanswered.
     _cancel: tokio_util::sync::DropGuard,
 }
@@ -122,12 +126,12 @@ impl Rounds {
     }
 
     /// Runs `call` with a downstream that asks in rounds; the first round's answer.
-    pub async fn start<F>(&self, user: &UserId, call: F) -> CallToolResponse
+    pub async fn start<F>(&self, user: &UserId, call: F) -> Result<CallToolResponse, ErrorData>
     where
         F: FnOnce(
             Arc<dyn Downstream>,
             CancellationToken,
-        ) -> BoxFuture<'static, Result<CallToolResult, ErrorData>>,
+        ) -> BoxFuture<'static, Result<CallToolResponse, ErrorData>>,
     {
         let (ask, questions) = mpsc::channel(1);
         let cancel = CancellationToken::new();
@@ -138,6 +142,11 @@ impl Rounds {
             _cancel: cancel.drop_guard(),
         };
         self.next(user, running).await
+    }
+
+    /// `state` was made by this gateway's rounds (on some instance; it may be gone).
+    pub fn made_here(state: &str) -> bool {
+        state.starts_with(STATE_PREFIX)
     }
 
     /// A client's retry: its answer goes to the upstream, and the call goes on.
@@ -170,30 +179,33 @@ impl Rounds {
             ));
         };
         let _ = round.answer.send(answer);
-        Ok(self.next(user, round.running).await)
+        self.next(user, round.running).await
     }
 
-    /// Waits for the call's result or its next question.
-    async fn next(&self, user: &UserId, mut running: Running) -> CallToolResponse {
+    /// Waits for the call's result (a protocol error stays one) or its next question.
+    async fn next(
+        &self,
+        user: &UserId,
+        mut running: Running,
+    ) -> Result<CallToolResponse, ErrorData> {
         tokio::select! {
             result = &mut running.result => match result {
-                Ok(Ok(result)) => result.into(),
-                Ok(Err(error)) => CallToolResult::error(vec![rmcp::model::ContentBlock::text(error.message.to_string())]).into(),
-                Err(_) => CallToolResult::error(vec![rmcp::model::ContentBlock::text("the call stopped")]).into(),
+                Ok(answer) => answer,
+                Err(_) => Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text("the call stopped")]).into()),
             },
             Some(question) = running.questions.recv() => {
                 let (request, answer) = question.split();
-                let state = uuid::Uuid::new_v4().to_string();
+                let state = format!("{STATE_PREFIX}{}", uuid::Uuid::new_v4());
                 self.waiting.lock().expect("rounds lock").insert(
                     state.clone(),
                     Waiting { user: user.clone(), running, answer },
                 );
                 self.expire(state.clone());
-                InputRequiredResult::new(
+                Ok(InputRequiredResult::new(
                     Some([(KEY.to_owned(), request)].into_iter().collect()),
                     Some(state),
                 )
-                .into()
+                .into())
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::future::Cache;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -19,7 +19,7 @@ use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
 use crate::domain::{AssistantId, ToolCallStatus, UserId};
 use crate::error::{Error, Resource as Missing, Result};
-use crate::mcp::Progress;
+use crate::mcp::{CallOutcome, Progress};
 use crate::security::GeneratedKey;
 use crate::security::api_key::hash_key;
 use crate::store::{GatewayToken, Store};
@@ -221,7 +221,7 @@ impl GatewayService {
         caller: Caller<'_>,
         cancel: &CancellationToken,
         max_result_bytes: usize,
-    ) -> Result<CallToolResult> {
+    ) -> Result<CallToolResponse> {
         let tools = self.tools(principal).await?;
         let Some(&index) = tools.names.get(name) else {
             return Err(Error::NotFound(Missing::Tool, name.to_owned()));
@@ -240,7 +240,11 @@ impl GatewayService {
                 caller,
             );
             return tokio::select! {
-                report = call => Ok(limited(report?.outcome.result)),
+                report = call => Ok(match report?.outcome {
+                    // A 2026-07-28 upstream's question, for the client to answer.
+                    CallOutcome { input_required: Some(asked), .. } => asked.into(),
+                    outcome => limited(outcome.result).into(),
+                }),
                 () = cancel.cancelled() => Err(Error::Conflict("the client cancelled the call".into())),
             };
         }
@@ -299,6 +303,6 @@ impl GatewayService {
         } else {
             CallToolResult::success(content)
         };
-        Ok(limited(result))
+        Ok(limited(result).into())
     }
 }

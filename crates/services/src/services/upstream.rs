@@ -44,6 +44,8 @@ pub struct Caller<'a> {
     pub downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
     /// The conversation or gateway session, for servers with a session per conversation.
     pub scope: Option<&'a str>,
+    /// The caller takes a 2026-07-28 server's rounds itself (see `mcp::CallPeers`).
+    pub relayed: Option<crate::mcp::RelayedRound>,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
@@ -212,9 +214,7 @@ impl UpstreamService {
         let started = Instant::now();
         self.rate_limits.tool_call(user)?;
         let lease = self.lease_in(user, server_id, caller.scope).await?;
-        let result = self
-            .call_on_lease(&lease, tool, arguments, caller.live, caller.downstream)
-            .await;
+        let result = self.call_on_lease(&lease, tool, arguments, caller).await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
@@ -237,9 +237,14 @@ impl UpstreamService {
         lease: &Lease,
         tool: &str,
         arguments: Value,
-        live: Option<&tokio::sync::mpsc::UnboundedSender<crate::mcp::Progress>>,
-        downstream: Option<Arc<dyn crate::mcp::downstream::Downstream>>,
+        caller: Caller<'_>,
     ) -> Result<CallOutcome> {
+        let Caller {
+            live,
+            downstream,
+            relayed,
+            ..
+        } = caller;
         let spec = &lease.runtime.server.spec;
         if spec.disabled_tools.iter().any(|t| t == tool) {
             return Err(Error::ToolDisabled(tool.to_owned()));
@@ -277,8 +282,11 @@ impl UpstreamService {
                 Some(arguments),
                 lease.runtime.call_timeout,
                 max_total,
-                live,
-                downstream,
+                crate::mcp::CallPeers {
+                    live,
+                    downstream,
+                    relayed,
+                },
             )
             .await
             .inspect_err(|e| self.pool.report(lease, e))?;

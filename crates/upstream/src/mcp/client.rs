@@ -5,7 +5,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResult, Implementation, JsonObject, ListPromptsRequest,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
+    InputRequiredResult, InputResponses, JsonObject, ListPromptsRequest,
     ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, PaginatedRequestParams,
     Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Resource,
     ResourceTemplate, ServerResult, Tool,
@@ -54,6 +55,44 @@ fn note_progress(
 pub struct CallOutcome {
     pub result: CallToolResult,
     pub progress: Vec<Progress>,
+    /// Set when the call was made for a caller that takes a 2026-07-28 server's rounds
+    /// itself ([`CallPeers::relayed`]) and the server asked for input: what it asked, to
+    /// go back to that caller as it is (`result` is then empty).
+    pub input_required: Option<InputRequiredResult>,
+}
+
+/// Who a call reports to and who answers for it.
+#[derive(Default)]
+pub struct CallPeers<'a> {
+    /// Where each progress notification goes as it arrives.
+    pub live: Option<&'a tokio::sync::mpsc::UnboundedSender<Progress>>,
+    /// Who answers what the server asks meanwhile (see `downstream`).
+    pub downstream: Option<std::sync::Arc<dyn super::downstream::Downstream>>,
+    /// The caller takes a 2026-07-28 server's `input_required` rounds itself (a 2026-07-28
+    /// gateway client): one round is sent with the caller's answers and the server's
+    /// state, and what the server asks goes back to the caller unchanged, its keys and
+    /// state the server's own. `None`: the pool answers the rounds.
+    pub relayed: Option<RelayedRound>,
+}
+
+/// A caller's retry of a 2026-07-28 round: its answers and the server's `requestState`,
+/// and what the caller can answer (the server asks only for that, so it sees the caller's
+/// capabilities rather than the pool's).
+#[derive(Debug, Clone, Default)]
+pub struct RelayedRound {
+    pub input_responses: Option<InputResponses>,
+    pub request_state: Option<String>,
+    pub client_capabilities: Option<rmcp::model::ClientCapabilities>,
+}
+
+impl RelayedRound {
+    /// The request metadata that names the caller's capabilities.
+    fn meta(&self) -> Option<rmcp::model::RequestMetaObject> {
+        let capabilities = self.client_capabilities.clone()?;
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.set_client_capabilities(capabilities);
+        Some(meta)
+    }
 }
 
 /// Which optional feature families the server announced at initialize.
@@ -152,9 +191,18 @@ impl McpClient {
         request: ClientRequest,
         timeout: Duration,
     ) -> Result<ServerResult, McpError> {
+        self.request_with(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+    }
+
+    async fn request_with(
+        &self,
+        request: ClientRequest,
+        options: PeerRequestOptions,
+    ) -> Result<ServerResult, McpError> {
         let peer = self.service.peer();
         let handle = peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .send_request_with_option(request, options)
             .await
             .map_err(|e| self.challenges.explain(e.into()))?;
         let mut guard = CancelOnDrop {
@@ -362,6 +410,40 @@ impl McpClient {
         }
     }
 
+    /// `prompts/get` for a caller that takes a 2026-07-28 server's rounds itself (see
+    /// [`CallPeers::relayed`]): one round, and what the server asks goes back as it is. A
+    /// server of an older revision is asked as by [`Self::get_prompt`].
+    pub async fn get_prompt_relayed(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+        round: RelayedRound,
+    ) -> Result<GetPromptResponse, McpError> {
+        if !self.speaks_modern() {
+            return self
+                .get_prompt(name, arguments, timeout)
+                .await
+                .map(Into::into);
+        }
+        let mut params = GetPromptRequestParams::new(name);
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let mut options = PeerRequestOptions::with_timeout(timeout);
+        if let Some(meta) = round.meta() {
+            options = options.with_meta(meta);
+        }
+        params.input_responses = round.input_responses;
+        params.request_state = round.request_state;
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        match self.request_with(request, options).await? {
+            ServerResult::GetPromptResult(result) => Ok(result.into()),
+            ServerResult::InputRequiredResult(asked) => Ok(GetPromptResponse::InputRequired(asked)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Calls a tool. `timeout` is an idle timeout: each progress notification restarts it,
     /// and `max_total` bounds the whole call.
     pub async fn call_tool(
@@ -371,25 +453,48 @@ impl McpClient {
         timeout: Duration,
         max_total: Duration,
     ) -> Result<CallOutcome, McpError> {
-        self.call_tool_reporting(name, arguments, timeout, max_total, None, None)
+        self.call_tool_reporting(name, arguments, timeout, max_total, CallPeers::default())
             .await
     }
 
-    /// [`Self::call_tool`], also passing each progress notification on as it arrives.
+    /// The session speaks a revision without `initialize` (2026-07-28 and later).
+    fn speaks_modern(&self) -> bool {
+        self.service
+            .peer()
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize())
+    }
+
+    /// [`Self::call_tool`], reporting to and answered by `peers`.
     pub async fn call_tool_reporting(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
         timeout: Duration,
         max_total: Duration,
-        live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
-        downstream: Option<std::sync::Arc<dyn super::downstream::Downstream>>,
+        peers: CallPeers<'_>,
     ) -> Result<CallOutcome, McpError> {
+        let CallPeers {
+            live,
+            downstream,
+            relayed,
+        } = peers;
         // In flight until this function returns or is dropped: what the server asks
         // meanwhile goes to `downstream`.
         let _caller = self.service.service().callers.enter(downstream);
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
+        // A server of an older revision asks in requests and makes no rounds: a state the
+        // caller names cannot be its own, and its call is made afresh.
+        let (relayed, meta) = match relayed {
+            Some(round) if self.speaks_modern() => {
+                let meta = round.meta();
+                params.input_responses = round.input_responses;
+                params.request_state = round.request_state;
+                (true, meta)
+            }
+            _ => (false, None),
+        };
         // A 2026-07-28 server asks its questions in rounds (SEP-2322): each is answered
         // as a server-to-client request would be (the caller, else the user) and the call
         // sent again with the answers and the server's state; progress spans the rounds.
@@ -397,12 +502,23 @@ impl McpClient {
         let mut progress = Vec::new();
         loop {
             let (result, more) = self
-                .call_tool_round(params.clone(), timeout, max_total, live)
+                .call_tool_round(params.clone(), (timeout, max_total), live, meta.clone())
                 .await?;
             progress.extend(more);
             match result {
                 ServerResult::CallToolResult(result) => {
-                    return Ok(CallOutcome { result, progress });
+                    return Ok(CallOutcome {
+                        result,
+                        progress,
+                        input_required: None,
+                    });
+                }
+                ServerResult::InputRequiredResult(asked) if relayed => {
+                    return Ok(CallOutcome {
+                        result: CallToolResult::success(Vec::new()),
+                        progress,
+                        input_required: Some(asked),
+                    });
                 }
                 ServerResult::InputRequiredResult(asked) => {
                     (params.input_responses, params.request_state) =
@@ -417,14 +533,17 @@ impl McpClient {
     async fn call_tool_round(
         &self,
         params: CallToolRequestParams,
-        timeout: Duration,
-        max_total: Duration,
+        (timeout, max_total): (Duration, Duration),
         live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+        meta: Option<rmcp::model::RequestMetaObject>,
     ) -> Result<(ServerResult, Vec<Progress>), McpError> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = PeerRequestOptions::with_timeout(timeout)
+        let mut options = PeerRequestOptions::with_timeout(timeout)
             .reset_timeout_on_progress()
             .with_max_total_timeout(max_total.max(timeout));
+        if let Some(meta) = meta {
+            options = options.with_meta(meta);
+        }
         let peer = self.service.peer();
         let handle = peer
             .send_request_with_option(request, options)

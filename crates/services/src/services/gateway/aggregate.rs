@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use rmcp::model::{GetPromptResult, JsonObject, Prompt, Resource, ResourceTemplate};
+use rmcp::model::{GetPromptResponse, JsonObject, Prompt, Resource, ResourceTemplate};
 use uuid::Uuid;
 
 use super::{GatewayPrincipal, GatewayService};
@@ -222,12 +222,14 @@ impl GatewayService {
             .collect())
     }
 
+    /// A prompt by its gateway name; `relayed`: the client takes a 2026-07-28 server's
+    /// rounds itself (see `mcp::CallPeers`).
     pub async fn get_prompt(
         &self,
         principal: &GatewayPrincipal,
-        name: &str,
-        arguments: Option<JsonObject>,
-    ) -> Result<GetPromptResult> {
+        (name, arguments): (&str, Option<JsonObject>),
+        relayed: Option<crate::mcp::RelayedRound>,
+    ) -> Result<GetPromptResponse> {
         let Some((id, _, prompt)) = self
             .named_prompts(principal)
             .await?
@@ -236,8 +238,18 @@ impl GatewayService {
         else {
             return Err(Error::NotFound(Missing::Prompt, name.to_owned()));
         };
-        self.upstream
-            .get_prompt(&principal.user, &id.to_string(), &prompt.name, arguments)
-            .await
+        let (user, server) = (&principal.user, id.to_string());
+        match relayed {
+            Some(round) => {
+                self.upstream
+                    .get_prompt_relayed(user, &server, (&prompt.name, arguments), round)
+                    .await
+            }
+            None => self
+                .upstream
+                .get_prompt(user, &server, &prompt.name, arguments)
+                .await
+                .map(Into::into),
+        }
     }
 }

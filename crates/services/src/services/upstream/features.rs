@@ -117,4 +117,21 @@ impl UpstreamService {
             .inspect_err(|e| self.pool.report(&lease, e));
         self.explain(user, server_id, result).await
     }
+
+    /// [`Self::get_prompt`] for a caller that takes a 2026-07-28 server's rounds itself.
+    pub async fn get_prompt_relayed(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        (name, arguments): (&str, Option<JsonObject>),
+        round: crate::mcp::RelayedRound,
+    ) -> Result<rmcp::model::GetPromptResponse> {
+        let lease = self.lease(user, server_id).await?;
+        let result = lease
+            .client
+            .get_prompt_relayed(name, arguments, lease.runtime.call_timeout, round)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
+    }
 }
