@@ -748,6 +748,61 @@ async fn a_sessionless_2026_07_28_client_lists_and_calls_through_the_gateway() {
     assert_eq!(text(&result), "no session");
 }
 
+/// A client of the newest revision that can answer questions (so its calls run in rounds).
+#[derive(Clone)]
+struct AnsweringSessionless(std::sync::Arc<std::sync::Mutex<Vec<f64>>>);
+
+impl rmcp::ClientHandler for AnsweringSessionless {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "answering", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params.progress);
+    }
+}
+
+/// Such a client's call reports its progress as any other's (it got none when it declared
+/// it could answer questions).
+#[tokio::test]
+async fn a_2026_07_28_client_that_can_answer_questions_gets_the_calls_progress() {
+    let (app, token) = gateway_app().await;
+    let config = app.gateway_client_config("a1", &token);
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = AnsweringSessionless(seen.clone())
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("the gateway serves a 2026-07-28 client");
+    let result = client
+        .call_tool(call("fx__progress", json!({"steps": 3, "delayMs": 20})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    // Notifications are handled in tasks of their own: the last may follow the result.
+    for _ in 0..50 {
+        if seen.lock().unwrap().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
 /// A session's idle timer counts from its last message: a session in steady use outlives
 /// it, and one left alone still ends.
 #[tokio::test]

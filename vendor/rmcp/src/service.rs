@@ -1798,12 +1798,21 @@ where
                             extensions,
                         };
                         let current_span = tracing::Span::current();
-                        spawn_service_task(async move {
+                        // mcp-pool: a notification whose handling is done at once (a
+                        // progress update passed to a channel) is handled here, in the order
+                        // the notifications came; given a task each, a burst of progress
+                        // could reach its listener out of order. One that is not done at
+                        // once goes on in a task, as before.
+                        let mut handled = Box::pin(async move {
                             let result = service.handle_notification(notification, context).await;
                             if let Err(error) = result {
                                 tracing::warn!(%error, "Error sending notification");
                             }
                         }.instrument(current_span));
+                        let mut waiting = std::task::Context::from_waker(std::task::Waker::noop());
+                        if std::future::Future::poll(handled.as_mut(), &mut waiting).is_pending() {
+                            spawn_service_task(handled);
+                        }
                     }
                 }
                 Event::PeerMessage(JsonRpcMessage::Response(JsonRpcResponse {

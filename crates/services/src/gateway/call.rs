@@ -65,6 +65,20 @@ fn relayed_round(
     })
 }
 
+/// An upstream's progress, to the client under the token its request gave (none: none).
+async fn relay_progress(
+    peer: &rmcp::Peer<RoleServer>,
+    token: Option<rmcp::model::ProgressToken>,
+    update: crate::mcp::Progress,
+) {
+    if let Some(token) = token {
+        let mut param = ProgressNotificationParam::new(token, update.progress);
+        param.total = update.total;
+        param.message = update.message;
+        let _ = peer.notify_progress(param).await;
+    }
+}
+
 impl GatewayHandler {
     /// A call of a client without server-to-client requests (2026-07-28) that can answer
     /// what the upstream asks: in rounds. `None` for other clients.
@@ -93,12 +107,15 @@ impl GatewayHandler {
         let (name, arguments) = (request.name.to_string(), request.arguments.clone());
         let relayed = relayed_round(request, context);
         let max_result_bytes = self.max_result_bytes;
-        let response = self
+        // Progress during the first round goes out on this request's stream; a resumed
+        // round's request has none to give it (what comes then is dropped).
+        let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+        let start = self
             .rounds
             .start(&principal.user, move |downstream, cancel| {
                 Box::pin(async move {
                     let caller = Caller {
-                        live: None,
+                        live: Some(&live),
                         downstream: Some(downstream),
                         scope: None,
                         relayed,
@@ -115,8 +132,19 @@ impl GatewayHandler {
                         .await;
                     call_outcome(result)
                 })
-            })
-            .await;
+            });
+        tokio::pin!(start);
+        let token = context.meta.get_progress_token();
+        let response = loop {
+            tokio::select! {
+                biased;
+                Some(update) = progress.recv() => relay_progress(&context.peer, token.clone(), update).await,
+                response = &mut start => break response,
+            }
+        };
+        while let Ok(update) = progress.try_recv() {
+            relay_progress(&context.peer, token.clone(), update).await;
+        }
         Some(response)
     }
 
@@ -151,17 +179,7 @@ impl GatewayHandler {
             &cancel,
             self.max_result_bytes,
         ));
-        let relay = |update: crate::mcp::Progress| {
-            let (peer, token) = (context.peer.clone(), token.clone());
-            async move {
-                if let Some(token) = token {
-                    let mut param = ProgressNotificationParam::new(token, update.progress);
-                    param.total = update.total;
-                    param.message = update.message;
-                    let _ = peer.notify_progress(param).await;
-                }
-            }
-        };
+        let relay = |update| relay_progress(&context.peer, token.clone(), update);
         let result = loop {
             tokio::select! {
                 biased;
