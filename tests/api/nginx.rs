@@ -532,7 +532,7 @@ async fn nginx_keeps_users_and_gateway_sessions_on_one_instance_and_survives_a_k
             .as_array()
             .unwrap()
             .iter()
-            .any(|t| t["name"] == "fx.add"),
+            .any(|t| t["name"] == "fx__add"),
         "{tools}"
     );
     let parked = tokio::spawn({
@@ -542,7 +542,7 @@ async fn nginx_keeps_users_and_gateway_sessions_on_one_instance_and_survives_a_k
                 .request(
                     2,
                     "tools/call",
-                    json!({"name": "fx.add", "arguments": {"a": 1, "b": 2}}),
+                    json!({"name": "fx__add", "arguments": {"a": 1, "b": 2}}),
                 )
                 .await
         }
