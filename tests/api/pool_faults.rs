@@ -266,6 +266,52 @@ async fn tools_list_changed_refreshes_the_cached_list() {
     );
 }
 
+/// A 2026-07-28 server has no session stream: its list changes come on a
+/// `subscriptions/listen` request the pool keeps open, and refresh the cached list as an
+/// older server's notification does, whoever made the change.
+#[tokio::test]
+async fn a_2026_07_28_servers_list_change_refreshes_the_cached_list() {
+    let upstream = crate::upstreams::HttpUpstream::fixture_with(&["--modern-only"]).await;
+    let app = spawn_pool_app().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "modern", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let tools_path = format!("/api/mcp-servers/{server}/tools");
+    let names = |body: &serde_json::Value| -> Vec<String> {
+        body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = app.user("u", Method::GET, &tools_path, None).await;
+    assert!(
+        !names(&before.body).contains(&"extra".to_owned()),
+        "{}",
+        before.text
+    );
+
+    // Another client changes the list (here another user's connection; a change during
+    // one of the pool's own calls would come on that call's answer stream anyway).
+    let other = app
+        .create_server_ok(
+            "v",
+            json!({"name": "modern", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let notified = app.call("v", &other, "notify", json!({})).await;
+    assert_eq!(notified.status, StatusCode::OK, "{}", notified.text);
+    eventually("the new tool is listed", || async {
+        names(&app.user("u", Method::GET, &tools_path, None).await.body)
+            .contains(&"extra".to_owned())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn connection_limits_answer_429() {
     let app = spawn_pool_app_with(|s| {

@@ -11,6 +11,7 @@ mod connect;
 pub mod downstream;
 mod handler;
 mod http;
+mod listen;
 mod sse;
 pub(crate) mod stdio;
 mod url_free;

@@ -123,7 +123,12 @@ pub async fn run(calls: usize, levels: Vec<usize>, external: bool, as_json: bool
         );
         let direct_params = Arc::new(params(upstream.tool, &upstream.arguments));
         let gateway_params = Arc::new(params(
-            &format!("{server_name}.{}", upstream.tool),
+            // The gateway's name for the tool under the default settings the service runs on.
+            &mcp_pool::domain::tool_name::gateway_name(
+                server_name,
+                &mcp_pool::Settings::defaults().gateway.separator,
+                upstream.tool,
+            ),
             &upstream.arguments,
         ));
         let rest_body = Arc::new(json!({"arguments": upstream.arguments}));

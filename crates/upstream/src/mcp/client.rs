@@ -112,6 +112,8 @@ pub struct McpClient {
     service: RunningService<RoleClient, PoolClientHandler>,
     /// Tells a request the server refused for want of authorization from other failures.
     challenges: ChallengeSlot,
+    /// A 2026-07-28 server's notices (it has no session stream).
+    changes: Option<super::listen::ChangeListener>,
 }
 
 /// Sends `notifications/cancelled` if the request is abandoned (its caller went away)
@@ -141,10 +143,12 @@ impl McpClient {
     pub(super) fn new(
         service: RunningService<RoleClient, PoolClientHandler>,
         challenges: ChallengeSlot,
+        changes: Option<super::listen::ChangeListener>,
     ) -> Self {
         Self {
             service,
             challenges,
+            changes,
         }
     }
 
@@ -348,6 +352,12 @@ impl McpClient {
         subscribe: bool,
         timeout: Duration,
     ) -> Result<(), McpError> {
+        // 2026-07-28 has no resources/subscribe: the listening request names the resource.
+        if let Some(changes) = &self.changes
+            && changes.resource(uri, subscribe)
+        {
+            return Ok(());
+        }
         let request = if subscribe {
             ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(
                 rmcp::model::SubscribeRequestParams::new(uri),

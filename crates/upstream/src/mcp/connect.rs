@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
-use rmcp::model::{ProtocolVersion, ServerNotification};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -250,63 +250,8 @@ pub async fn connect(
             )));
         }
     };
-    listen_for_changes(&service, events, &spec.label);
-    Ok(McpClient::new(service, challenges))
-}
-
-/// A 2026-07-28 server sends its list changes only on a `subscriptions/listen` stream
-/// (there is no session stream): one is kept open for the session's life, for the lists
-/// the server says change, and what arrives goes where an older server's notices go.
-fn listen_for_changes(
-    service: &ClientSession,
-    events: mpsc::UnboundedSender<UpstreamEvents>,
-    label: &str,
-) {
-    let Some(info) = service.peer().peer_info() else {
-        return;
-    };
-    if info.protocol_version.has_initialize() {
-        return;
-    }
-    let capabilities = &info.capabilities;
-    let changes = |list_changed: Option<bool>| list_changed.filter(|changes| *changes);
-    let mut filter = rmcp::model::SubscriptionFilter::new();
-    filter.tools_list_changed = changes(capabilities.tools.as_ref().and_then(|t| t.list_changed));
-    filter.prompts_list_changed =
-        changes(capabilities.prompts.as_ref().and_then(|p| p.list_changed));
-    filter.resources_list_changed =
-        changes(capabilities.resources.as_ref().and_then(|r| r.list_changed));
-    if filter == rmcp::model::SubscriptionFilter::default() {
-        return;
-    }
-    let (peer, label) = (service.peer().clone(), label.to_owned());
-    tokio::spawn(async move {
-        let mut subscription = match peer.listen(filter).await {
-            Ok(subscription) => subscription,
-            Err(error) => {
-                tracing::info!(upstream = %label, %error, "the server's list changes cannot be followed: subscriptions/listen failed");
-                return;
-            }
-        };
-        while let Ok(Some(notification)) = subscription.next().await {
-            let event = match notification {
-                ServerNotification::ToolListChangedNotification(_) => UpstreamEvents::ToolsChanged,
-                ServerNotification::PromptListChangedNotification(_) => {
-                    UpstreamEvents::PromptsChanged
-                }
-                ServerNotification::ResourceListChangedNotification(_) => {
-                    UpstreamEvents::ResourcesChanged
-                }
-                ServerNotification::ResourceUpdatedNotification(update) => {
-                    UpstreamEvents::ResourceUpdated(update.params.uri)
-                }
-                _ => continue,
-            };
-            if events.send(event).is_err() {
-                break;
-            }
-        }
-    });
+    let changes = super::listen::ChangeListener::start(&service, events, &spec.label);
+    Ok(McpClient::new(service, challenges, changes))
 }
 
 type ClientSession = rmcp::service::RunningService<rmcp::RoleClient, PoolClientHandler>;
