@@ -1,7 +1,7 @@
 //! What a person reads when a connection fails names the cause in words, never a type
 //! path of the service's libraries (issue 40, "Diagnostics").
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::helpers::spawn_app_with;
@@ -22,14 +22,7 @@ async fn a_refused_connection_says_refused_and_no_type_path() {
                    "baseUrl": format!("http://127.0.0.1:{port}/mcp")}),
         )
         .await;
-    let failed = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{id}/connect"),
-            None,
-        )
-        .await;
+    let failed = app.connect("u", &id).await;
     assert_eq!(failed.status, StatusCode::BAD_GATEWAY, "{}", failed.text);
     assert_eq!(failed.code(), "MCP_CONNECTION_ERROR", "{}", failed.text);
     let message = failed.body["error"]["message"].as_str().unwrap();

@@ -1094,16 +1094,7 @@ async fn gateway_tool_names_are_function_names_every_model_api_accepts() {
         )
         .await;
     app.bind_ok("u", "a1", [&fx]).await;
-    let created = app
-        .user(
-            "u",
-            Method::POST,
-            "/api/assistants/a1/gateway-tokens",
-            Some(json!({"name": "desktop"})),
-        )
-        .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
-    let client = connect(&app, "a1", created.body["token"].as_str().unwrap()).await;
+    let client = connect(&app, "a1", &app.gateway_token("u", "a1").await).await;
     let names: Vec<String> = client
         .list_all_tools()
         .await

@@ -544,6 +544,17 @@ pub async fn spawn_pool_app_with(adjust: impl FnOnce(&mut Settings)) -> TestApp 
 }
 
 impl TestApp {
+    /// `POST /api/mcp-servers/{server}/connect` as `user`.
+    pub async fn connect(&self, user: &str, server: &str) -> Reply {
+        self.user(
+            user,
+            Method::POST,
+            &format!("/api/mcp-servers/{server}/connect"),
+            None,
+        )
+        .await
+    }
+
     pub async fn call(&self, user: &str, server: &str, tool: &str, arguments: Value) -> Reply {
         self.user(
             user,

@@ -207,14 +207,7 @@ async fn an_event_without_end_is_cut_at_the_message_limit() {
                 json!({"name": format!("endless-{kind}"), "type": kind, "baseUrl": format!("{base}/mcp")}),
             )
             .await;
-        let connected = app
-            .user(
-                "u",
-                Method::POST,
-                &format!("/api/mcp-servers/{server}/connect"),
-                None,
-            )
-            .await;
+        let connected = app.connect("u", &server).await;
         assert_eq!(
             connected.status,
             StatusCode::BAD_GATEWAY,

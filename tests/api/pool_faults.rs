@@ -474,14 +474,7 @@ async fn health_reports_healthy_and_unhealthy_servers() {
     assert_eq!(health.status, StatusCode::OK);
     assert_eq!(health.body["status"], "unhealthy");
     assert_eq!(health.body["error"]["code"], "MCP_CONNECTION_ERROR");
-    let direct = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{bad}/connect"),
-            None,
-        )
-        .await;
+    let direct = app.connect("u", &bad).await;
     assert_eq!(direct.status, StatusCode::BAD_GATEWAY, "{}", direct.text);
     assert!(
         direct.headers.get("retry-after").is_some(),

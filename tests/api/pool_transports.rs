@@ -7,14 +7,7 @@ use crate::helpers::{TestApp, spawn_pool_app};
 use crate::upstreams::{HttpUpstream, everything_preset, fixture_preset, text_of};
 
 async fn exercise_fixture(app: &TestApp, server: &str) {
-    let connect = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{server}/connect"),
-            None,
-        )
-        .await;
+    let connect = app.connect("u", server).await;
     assert_eq!(connect.status, StatusCode::OK, "{}", connect.text);
     assert_eq!(connect.body["status"], "connected");
     assert_eq!(connect.body["serverInfo"]["name"], "mcp-fixture");

@@ -132,14 +132,7 @@ async fn a_server_that_speaks_only_2026_07_28_is_opened_with_discover() {
             json!({"name": "modern", "baseUrl": format!("{}/mcp", upstream.base)}),
         )
         .await;
-    let connected = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{server}/connect"),
-            None,
-        )
-        .await;
+    let connected = app.connect("u", &server).await;
     assert_eq!(connected.status, StatusCode::OK, "{}", connected.text);
     assert_eq!(
         connected.body["protocolVersion"], "2026-07-28",
@@ -170,14 +163,7 @@ async fn the_newest_revision_a_server_offers_is_spoken() {
                 json!({"name": format!("fx{}", flags.len()), "baseUrl": format!("{}/mcp", upstream.base)}),
             )
             .await;
-        let connected = app
-            .user(
-                "u",
-                Method::POST,
-                &format!("/api/mcp-servers/{server}/connect"),
-                None,
-            )
-            .await;
+        let connected = app.connect("u", &server).await;
         assert_eq!(connected.status, StatusCode::OK, "{}", connected.text);
         assert_eq!(
             connected.body["protocolVersion"], version,

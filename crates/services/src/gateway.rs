@@ -59,6 +59,21 @@ pub struct GatewayHandler {
 }
 
 /// Whether the request's client speaks a revision without `initialize` (2026-07-28).
+/// What a 2026-07-28 client's request carries for an upstream's rounds (its answers, the
+/// upstream's state) with the client's capabilities; `None` for older clients. A state
+/// this gateway made is resumed here instead (see `rounds`).
+fn relayed_round(
+    input_responses: Option<rmcp::model::InputResponses>,
+    request_state: Option<String>,
+    context: &RequestContext<RoleServer>,
+) -> Option<crate::mcp::RelayedRound> {
+    speaks_modern(context).then(|| crate::mcp::RelayedRound {
+        input_responses,
+        request_state,
+        client_capabilities: context.client_capabilities(),
+    })
+}
+
 /// Methods of earlier revisions that 2026-07-28 removed (its clients get -32601 for them).
 const REMOVED_IN_2026_07_28: [&str; 4] = [
     "initialize",
@@ -445,11 +460,7 @@ impl ServerHandler for GatewayHandler {
         let principal = self.principal(&context.extensions)?;
         let modern = speaks_modern(&context);
         // A 2026-07-28 client takes a 2026-07-28 server's rounds itself.
-        let relayed = modern.then(|| crate::mcp::RelayedRound {
-            input_responses: request.input_responses,
-            request_state: request.request_state,
-            client_capabilities: context.client_capabilities(),
-        });
+        let relayed = relayed_round(request.input_responses, request.request_state, &context);
         let prompt = (request.name.as_str(), request.arguments);
         match Box::pin(self.service.get_prompt(&principal, prompt, relayed)).await {
             Ok(GetPromptResponse::Complete(mut result)) => {

@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::downstream::PeerDownstream;
 use super::rounds::Rounds;
-use super::{GatewayHandler, speaks_modern, to_mcp_error};
+use super::{GatewayHandler, relayed_round, speaks_modern, to_mcp_error};
 use crate::error::Error;
+use crate::mcp::McpError;
 use crate::mcp::downstream::Downstream;
-use crate::mcp::{McpError, RelayedRound};
 use crate::pool::PoolError;
 use crate::services::{Caller, GatewayPrincipal};
 
@@ -50,19 +50,6 @@ fn call_outcome(result: Result<CallToolResponse, Error>) -> Result<CallToolRespo
         ))])
         .into()),
     }
-}
-
-/// What a 2026-07-28 client's call carries for an upstream's rounds: its answers and the
-/// upstream's state (a state this gateway made is resumed here instead, see `rounds`).
-fn relayed_round(
-    request: &CallToolRequestParams,
-    context: &RequestContext<RoleServer>,
-) -> Option<RelayedRound> {
-    speaks_modern(context).then(|| RelayedRound {
-        input_responses: request.input_responses.clone(),
-        request_state: request.request_state.clone(),
-        client_capabilities: context.client_capabilities(),
-    })
 }
 
 /// An upstream's progress, to the client under the token its request gave (none: none).
@@ -105,7 +92,11 @@ impl GatewayHandler {
         }
         let (service, principal_owned) = (self.service.clone(), principal.clone());
         let (name, arguments) = (request.name.to_string(), request.arguments.clone());
-        let relayed = relayed_round(request, context);
+        let relayed = relayed_round(
+            request.input_responses.clone(),
+            request.request_state.clone(),
+            context,
+        );
         let max_result_bytes = self.max_result_bytes;
         // Progress during the first round goes out on this request's stream; a resumed
         // round's request has none to give it (what comes then is dropped).
@@ -165,7 +156,11 @@ impl GatewayHandler {
         let token = context.meta.get_progress_token();
         let cancel: CancellationToken = context.ct.clone();
         let downstream: Arc<dyn Downstream> = Arc::new(PeerDownstream(context.peer.clone()));
-        let relayed = relayed_round(&request, &context);
+        let relayed = relayed_round(
+            request.input_responses.clone(),
+            request.request_state.clone(),
+            &context,
+        );
         let mut call = Box::pin(self.service.call(
             &principal,
             &request.name,

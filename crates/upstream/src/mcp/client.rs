@@ -86,6 +86,11 @@ pub struct RelayedRound {
 }
 
 impl RelayedRound {
+    /// What the retry's params carry: the caller's answers and the server's state.
+    fn retry(self) -> (Option<InputResponses>, Option<String>) {
+        (self.input_responses, self.request_state)
+    }
+
     /// The request metadata that names the caller's capabilities.
     fn meta(&self) -> Option<rmcp::model::RequestMetaObject> {
         let capabilities = self.client_capabilities.clone()?;
@@ -402,10 +407,7 @@ impl McpClient {
         arguments: Option<JsonObject>,
         timeout: Duration,
     ) -> Result<GetPromptResult, McpError> {
-        let mut params = GetPromptRequestParams::new(name);
-        if let Some(arguments) = arguments {
-            params = params.with_arguments(arguments);
-        }
+        let mut params = prompt_params(name, arguments);
         let mut rounds = Rounds::default();
         loop {
             let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params.clone()));
@@ -436,16 +438,12 @@ impl McpClient {
                 .await
                 .map(Into::into);
         }
-        let mut params = GetPromptRequestParams::new(name);
-        if let Some(arguments) = arguments {
-            params = params.with_arguments(arguments);
-        }
+        let mut params = prompt_params(name, arguments);
         let mut options = PeerRequestOptions::with_timeout(timeout);
         if let Some(meta) = round.meta() {
             options = options.with_meta(meta);
         }
-        params.input_responses = round.input_responses;
-        params.request_state = round.request_state;
+        (params.input_responses, params.request_state) = round.retry();
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         match self.request_with(request, options).await? {
             ServerResult::GetPromptResult(result) => Ok(result.into()),
@@ -499,8 +497,7 @@ impl McpClient {
         let (relayed, meta) = match relayed {
             Some(round) if self.speaks_modern() => {
                 let meta = round.meta();
-                params.input_responses = round.input_responses;
-                params.request_state = round.request_state;
+                (params.input_responses, params.request_state) = round.retry();
                 (true, meta)
             }
             _ => (false, None),
@@ -610,6 +607,14 @@ impl McpClient {
     /// Closes the session (for stdio: closes stdin, then TERM, then KILL).
     pub async fn close(&mut self, timeout: Duration) {
         let _ = self.service.close_with_timeout(timeout).await;
+    }
+}
+
+fn prompt_params(name: &str, arguments: Option<JsonObject>) -> GetPromptRequestParams {
+    let params = GetPromptRequestParams::new(name);
+    match arguments {
+        Some(arguments) => params.with_arguments(arguments),
+        None => params,
     }
 }
 
