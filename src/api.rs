@@ -24,6 +24,7 @@ mod operators;
 mod presets;
 mod sampling;
 mod servers;
+mod tasks;
 mod upstream;
 
 use std::future::IntoFuture;
@@ -183,6 +184,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(oauth::routes())
         .merge(elicitations::routes())
         .merge(sampling::routes())
+        .merge(tasks::routes())
         .merge(console::session_routes())
 }
 

@@ -18,6 +18,7 @@ mod m20261128_000010_server_client_features;
 mod m20261129_000011_audit_console;
 mod m20261130_000012_verified_registrations;
 mod m20261130_000013_console_signouts;
+mod m20261201_000014_tasks;
 
 pub struct Migrator;
 
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000011_audit_console::Migration),
             Box::new(m20261130_000012_verified_registrations::Migration),
             Box::new(m20261130_000013_console_signouts::Migration),
+            Box::new(m20261201_000014_tasks::Migration),
         ]
     }
 }

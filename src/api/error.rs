@@ -116,6 +116,8 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,
+        Error::TooManyTasks(_) => StatusCode::TOO_MANY_REQUESTS,
+        Error::TaskNotFinished(_) | Error::TaskEndedWithout(_) => StatusCode::CONFLICT,
         Error::AuthRequired { .. } => StatusCode::CONFLICT,
         Error::OAuth(oauth) => match oauth {
             OAuthError::NotRemote | OAuthError::ClientRequired(_) => {

@@ -31,6 +31,7 @@ use super::external_id::ExternalId;
         (name = "assistants", description = "Which servers an assistant uses, and its tools"),
         (name = "upstream", description = "Talking to one server: connect, tools, resources, prompts"),
         (name = "tool-calls", description = "A model's tool calls, parked until approved, and their events"),
+        (name = "tasks", description = "Tool calls that run on after their request (Prefer: respond-async), read and cancelled from any instance"),
         (name = "chat", description = "The agent loop"),
         (name = "gateway", description = "An assistant's servers as one MCP endpoint; its tokens and Xiaozhi bridge"),
         (name = "presets", description = "The stdio allow-list"),

@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use axum::Json as JsonResponse;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::header::ACCEPT;
+use axum::http::header::{ACCEPT, LOCATION};
+use axum::http::{HeaderName, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -19,13 +20,18 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+/// `Prefer` (RFC 7240); the `http` crate names no constant for it.
+const PREFER: HeaderName = HeaderName::from_static("prefer");
+
 use super::AppState;
 use super::auth::UserContext;
 use super::connections::ConnectionView;
 use super::error::ApiError;
 use super::extract::{Json, Path};
+use crate::domain::TaskOrigin;
 use crate::domain::tool_name::display_name;
 use crate::error::Error;
+use crate::services::tasks::task_json;
 use crate::services::{Caller, ToolCallReport};
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -120,10 +126,11 @@ struct CallRequest {
 /// `isError`) plus `progress` and `latencyMs`. With `Accept: text/event-stream` the answer
 /// is a stream instead: a `progress` event (`{progress, total, message}`) for each
 /// notification as it arrives, then one `result` (the same body) or `error` (the error
-/// body).
+/// body). With `Prefer: respond-async` the call runs as a task: 202 with the task
+/// (`GET /api/tasks/{id}`), `Location` naming it.
 #[utoipa::path(post, path = "/api/mcp-servers/{id}/tools/{tool}/call", tag = "upstream",
     params(("id" = String, Path, description = "The server's id"), ("tool" = String, Path, description = "The tool's name on that server")),
-    request_body = CallRequest, responses((status = OK, body = Value)))]
+    request_body = CallRequest, responses((status = OK, body = Value), (status = ACCEPTED, body = Value, description = "Started as a task (Prefer: respond-async)")))]
 async fn call_tool(
     State(state): State<AppState>,
     ctx: UserContext,
@@ -131,6 +138,34 @@ async fn call_tool(
     Path((id, tool)): Path<(String, String)>,
     Json(body): Json<CallRequest>,
 ) -> Result<Response, ApiError> {
+    if prefers_async(&headers) {
+        let tasks = &state.services.tasks;
+        let task = state
+            .services
+            .upstream
+            .call_tool_as_task(
+                tasks,
+                &ctx.user,
+                &id,
+                &tool,
+                body.arguments,
+                TaskOrigin::Rest,
+            )
+            .await?;
+        let location = format!("/api/tasks/{}", task.id);
+        return Ok((
+            StatusCode::ACCEPTED,
+            [
+                (LOCATION, location),
+                (
+                    HeaderName::from_static("preference-applied"),
+                    "respond-async".to_owned(),
+                ),
+            ],
+            JsonResponse(task_json(&task, tasks.poll_interval())),
+        )
+            .into_response());
+    }
     let streamed = headers
         .get(ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -173,6 +208,17 @@ async fn call_tool(
     });
     let events = progress.chain(end).map(Ok::<_, Infallible>);
     Ok(Sse::new(events).into_response())
+}
+
+/// `Prefer: respond-async` (RFC 7240), among the header's preferences.
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers.get_all(PREFER).iter().any(|value| {
+        value.to_str().is_ok_and(|value| {
+            value
+                .split(',')
+                .any(|preference| preference.trim().eq_ignore_ascii_case("respond-async"))
+        })
+    })
 }
 
 /// A progress notification as the answer shows it.

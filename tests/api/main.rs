@@ -50,6 +50,7 @@ mod servers;
 mod session_scope;
 mod ssrf;
 mod storage_faults;
+mod tasks;
 mod teardown;
 mod tool_call_rows;
 mod tool_calls;

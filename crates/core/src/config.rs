@@ -46,6 +46,24 @@ pub struct Settings {
     pub elicitation: ElicitationSettings,
     pub sampling: SamplingTimeouts,
     pub console: ConsoleSettings,
+    pub tasks: TaskSettings,
+}
+
+/// Tool calls run as tasks (see `services::tasks`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSettings {
+    /// A gateway client's result that comes within this many milliseconds is answered
+    /// inline; a slower call becomes a task.
+    pub inline_wait_ms: u64,
+    /// Open tasks one user may have at once.
+    pub max_open_per_user: u64,
+    /// How long a task is kept from its creation.
+    pub ttl_secs: u64,
+    /// How long a task's call may run.
+    pub call_timeout_secs: u64,
+    /// The polling interval clients are asked to keep.
+    pub poll_interval_ms: u64,
 }
 
 /// The operators' web console at `/console` (see `api::console`).
@@ -359,7 +377,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 30] = [
+        let positive: [(&'static str, u64); 34] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             (
@@ -432,6 +450,10 @@ impl Settings {
             ),
             ("server.max_body_bytes", self.server.max_body_bytes as u64),
             ("limits.max_value_bytes", self.limits.max_value_bytes as u64),
+            ("tasks.max_open_per_user", self.tasks.max_open_per_user),
+            ("tasks.ttl_secs", self.tasks.ttl_secs),
+            ("tasks.call_timeout_secs", self.tasks.call_timeout_secs),
+            ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -440,6 +462,15 @@ impl Settings {
                     reason: "must be greater than 0".into(),
                 });
             }
+        }
+        if self.tasks.call_timeout_secs > self.tasks.ttl_secs {
+            return Err(ConfigError::Invalid {
+                key: "tasks.call_timeout_secs",
+                reason: format!(
+                    "must not exceed tasks.ttl_secs ({}): a task's result must outlive its call",
+                    self.tasks.ttl_secs
+                ),
+            });
         }
         if self.pool.default_call_timeout_secs > self.pool.max_call_timeout_secs {
             return Err(ConfigError::Invalid {

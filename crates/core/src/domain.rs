@@ -8,6 +8,7 @@ mod preset;
 mod secret_map;
 mod secret_url;
 mod server;
+mod task;
 mod tool_call;
 pub mod tool_name;
 
@@ -19,6 +20,7 @@ pub use server::{
     EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
     SamplingSettings, ServerSpec, SessionScope, StdioLaunch, Transport, TransportKind,
 };
+pub use task::{TaskOrigin, TaskStatus};
 pub use tool_call::{ToolCallRecord, ToolCallStatus};
 
 /// The current time at the precision every supported database stores (microseconds), so

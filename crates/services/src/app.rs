@@ -18,8 +18,8 @@ use crate::security::UrlPolicy;
 use crate::services::assistants::BindingCache;
 use crate::services::{
     AssistantService, GatewayService, GlobalServers, KeyService, OAuthService, OperatorService,
-    PresetService, RateLimits, ServerService, ToolCallService, UpstreamService, elicitations,
-    sampling, server_logs, tool_calls, upstream,
+    PresetService, RateLimits, ServerService, Tasks, ToolCallService, UpstreamService,
+    elicitations, sampling, server_logs, tool_calls, upstream,
 };
 use crate::store::Store;
 
@@ -41,6 +41,7 @@ pub struct Services {
     pub gateway: GatewayService,
     pub xiaozhi: XiaozhiBridges,
     pub confirmations: Confirmations,
+    pub tasks: Tasks,
     pub events: Arc<EventHub>,
     pub pool: Pool,
     pub cluster: Cluster,
@@ -123,12 +124,19 @@ impl Services {
             confirmations.clone(),
             events.clone(),
         );
+        let tasks = Tasks::new(
+            store.clone(),
+            events.clone(),
+            cluster.clone(),
+            settings.tasks.clone(),
+        );
         let gateway = GatewayService::new(
             store.clone(),
             settings.clone(),
             upstream.clone(),
             confirmations.clone(),
             bindings.clone(),
+            tasks.clone(),
         );
         let xiaozhi = XiaozhiBridges::new(
             gateway.clone(),
@@ -162,6 +170,7 @@ impl Services {
             ),
             upstream,
             confirmations,
+            tasks,
             events,
             pool,
             cluster,

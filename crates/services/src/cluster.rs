@@ -71,6 +71,8 @@ pub enum Note {
         to: InstanceId,
         outcome: Result<(), ConfirmFailure>,
     },
+    /// A task `to` runs was cancelled (its row says so already): stop its call.
+    CancelTask { to: InstanceId, task: Uuid },
     /// A ToolCallRecord changed: instances with event streams of the user relay it.
     /// The record comes along when it fits in a note; otherwise it is read from the
     /// database (its latest state then).
@@ -327,7 +329,10 @@ impl Cluster {
     /// Tells the other instances, if there are any; never waits. A note addressed to
     /// one instance always goes out (its sender knows that instance is live).
     pub fn tell(&self, note: Note) {
-        let addressed = matches!(note, Note::ConfirmCall { .. } | Note::CallConfirmed { .. });
+        let addressed = matches!(
+            note,
+            Note::ConfirmCall { .. } | Note::CallConfirmed { .. } | Note::CancelTask { .. }
+        );
         if addressed || !self.inner.alone.load(Ordering::Relaxed) {
             self.send_note(note);
         }

@@ -33,6 +33,8 @@ pub enum Resource {
     Elicitation,
     /// A server's sampling request parked for its user's approval.
     SamplingRequest,
+    /// A tool call run as a task.
+    Task,
 }
 
 impl Resource {
@@ -53,6 +55,7 @@ impl Resource {
             Resource::GatewaySession => "GATEWAY_SESSION_NOT_FOUND",
             Resource::Elicitation => "ELICITATION_NOT_FOUND",
             Resource::SamplingRequest => "SAMPLING_REQUEST_NOT_FOUND",
+            Resource::Task => "TASK_NOT_FOUND",
         }
     }
 
@@ -73,6 +76,7 @@ impl Resource {
             Resource::GatewaySession => "gateway session",
             Resource::Elicitation => "elicitation",
             Resource::SamplingRequest => "sampling request",
+            Resource::Task => "task",
         }
     }
 }
@@ -117,6 +121,15 @@ pub enum Error {
         per_minute: u32,
         retry_after: std::time::Duration,
     },
+    /// The user has `tasks.max_open_per_user` tasks open.
+    #[error("too many open tasks: at most {0} at once; wait for one to end or cancel one")]
+    TooManyTasks(u64),
+    /// A task's result was asked for before it had one.
+    #[error("the task is still {0}; poll GET /api/tasks/{{id}} until it has ended")]
+    TaskNotFinished(crate::domain::TaskStatus),
+    /// A task's result was asked for, and the task failed or was cancelled: why, in words.
+    #[error("{0}")]
+    TaskEndedWithout(String),
     /// The message's open calls belong to another live instance that could not be reached.
     #[error(
         "this message's tool calls are held by another instance of the service, which did not answer; try again"
@@ -211,6 +224,9 @@ impl Error {
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::RateLimited { .. } => "RATE_LIMITED",
             Error::HeldElsewhere => "HELD_ELSEWHERE",
+            Error::TooManyTasks(_) => "TOO_MANY_TASKS",
+            Error::TaskNotFinished(_) => "TASK_NOT_FINISHED",
+            Error::TaskEndedWithout(_) => "TASK_HAS_NO_RESULT",
             Error::AuthRequired { .. } => "MCP_AUTH_REQUIRED",
             Error::OAuth(oauth) => oauth.code(),
             Error::Pool(pool) => match pool {

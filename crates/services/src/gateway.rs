@@ -18,6 +18,7 @@ pub mod xiaozhi;
 mod call;
 mod downstream;
 mod notices;
+mod tasks;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -175,6 +176,11 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
         .enable_prompts()
         .enable_prompts_list_changed()
         .build();
+    // Every call can run as a task (gateway/tasks.rs), whatever the servers behind speak.
+    capabilities
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
     if features.logging {
         capabilities.logging = Some(Default::default());
     }
@@ -393,11 +399,51 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let modern = speaks_modern(&context);
+        // A retry of a round goes on as the round; any other call of a client that
+        // declares tasks may become one.
+        if tasks::declares_tasks(&context)
+            && request.request_state.is_none()
+            && request.input_responses.is_none()
+        {
+            let mut response = Box::pin(self.call_as_task(request, context)).await;
+            if let Ok(CallToolResponse::Complete(result)) = &mut response {
+                typed(&mut result.result_type, modern);
+            }
+            return response;
+        }
         let mut response = Box::pin(self.call(request, context)).await;
         if let Ok(CallToolResponse::Complete(result)) = &mut response {
             typed(&mut result.result_type, modern);
         }
         response
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let task = Box::pin(self.task(&request.task_id, &context)).await?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    /// Nothing the gateway runs as a task waits for input from the client: the responses
+    /// are acknowledged and ignored (as the extension says of keys no request has).
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Box::pin(self.task(&request.task_id, &context)).await?;
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Box::pin(self.cancel(&request.task_id, &context)).await
     }
 
     async fn list_resources(

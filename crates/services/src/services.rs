@@ -19,6 +19,7 @@ mod rate_limits;
 pub mod sampling;
 pub(crate) mod server_logs;
 mod servers;
+pub mod tasks;
 pub(crate) mod tool_calls;
 pub(crate) mod upstream;
 
@@ -31,6 +32,7 @@ pub use operators::OperatorService;
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use rate_limits::RateLimits;
 pub use servers::{OAuthInput, ServerInput, ServerService};
+pub use tasks::{NewTask, Started, TaskEnd, Tasks};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
     AssistantTool, AssistantTools, Caller, ConnectReport, HealthReport, ServerCatalog,

@@ -15,5 +15,6 @@ pub mod oauth_client;
 pub mod oauth_pending;
 pub mod oauth_token;
 pub mod preset;
+pub mod task;
 pub mod tool_call;
 pub mod xiaozhi_bridge;

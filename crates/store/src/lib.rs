@@ -36,6 +36,7 @@ mod notify;
 mod oauth;
 mod presets;
 mod servers;
+mod tasks;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
@@ -48,6 +49,7 @@ pub use notify::NoteListener;
 pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
+pub use tasks::{StoredTask, TaskRepo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -377,6 +379,10 @@ impl Store {
 
     pub fn oauth(&self) -> OAuthRepo {
         OAuthRepo::new(self.db.clone(), self.cipher.clone())
+    }
+
+    pub fn tasks(&self) -> TaskRepo {
+        TaskRepo::new(self.db.clone())
     }
 
     pub fn api_keys(&self) -> ApiKeyRepo {

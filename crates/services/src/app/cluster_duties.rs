@@ -16,6 +16,7 @@ impl Services {
     pub async fn take_over_orphans(&self) -> crate::error::Result<()> {
         let live = self.cluster.beat().await?;
         self.confirmations.settle_orphans(&live).await?;
+        self.tasks.settle_orphans(&live).await?;
         let started = self.xiaozhi.reconcile(&live).await?;
         if started > 0 {
             tracing::info!(started, "Xiaozhi bridges started");
@@ -105,7 +106,8 @@ impl Services {
                 self.confirmations
                     .forward_answered(*request, outcome.clone());
             }
-            Note::ConfirmCall { .. } | Note::CallConfirmed { .. } => {}
+            Note::CancelTask { to, task } if *to == me => self.tasks.stop_here(*task),
+            Note::ConfirmCall { .. } | Note::CallConfirmed { .. } | Note::CancelTask { .. } => {}
             Note::ToolCallChanged {
                 user,
                 message,
@@ -130,6 +132,7 @@ impl Services {
                 // Only names this service publishes travel as notes.
                 let name = match name.as_str() {
                     "mcp.oauth.completed" => "mcp.oauth.completed",
+                    crate::services::tasks::TASK_UPDATED => crate::services::tasks::TASK_UPDATED,
                     _ => return,
                 };
                 if let Ok(user) = UserId::parse(user) {

@@ -36,7 +36,9 @@ fn declares_url_elicitation(peer: &rmcp::Peer<RoleServer>) -> bool {
 
 /// A call's outcome as the client gets it: a missing tool or bad arguments are protocol
 /// errors; a call that was made and failed is a result the model should read.
-fn call_outcome(result: Result<CallToolResponse, Error>) -> Result<CallToolResponse, ErrorData> {
+pub(super) fn call_outcome(
+    result: Result<CallToolResponse, Error>,
+) -> Result<CallToolResponse, ErrorData> {
     match result {
         Ok(response) => Ok(response),
         Err(
@@ -110,6 +112,7 @@ impl GatewayHandler {
                         downstream: Some(downstream),
                         scope: None,
                         relayed,
+                        timeout: None,
                     };
                     let result = service
                         .call(
@@ -170,6 +173,7 @@ impl GatewayHandler {
                 downstream: Some(downstream),
                 scope: Some(self.session_scope(&principal)),
                 relayed,
+                timeout: None,
             },
             &cancel,
             self.max_result_bytes,

@@ -62,6 +62,8 @@ pub struct GatewayService {
     /// The last tool view built per (user, assistant, channel), with what it was built
     /// from.
     views: Cache<GatewayPrincipal, Arc<ToolView>>,
+    /// Calls of clients that declare the tasks extension run as tasks.
+    tasks: super::Tasks,
 }
 
 /// A token's prefix kept in clear so people can tell their tokens apart.
@@ -74,8 +76,10 @@ impl GatewayService {
         upstream: UpstreamService,
         confirmations: Confirmations,
         bindings: super::assistants::BindingCache,
+        tasks: super::Tasks,
     ) -> Self {
         Self {
+            tasks,
             tokens: TokenAuthenticator::new(&settings, "the gateway token is not valid"),
             store,
             settings,
@@ -203,6 +207,25 @@ impl GatewayService {
                 .await;
         }
         Ok(tools)
+    }
+
+    pub fn tasks(&self) -> &super::Tasks {
+        &self.tasks
+    }
+
+    /// The name of the server behind a tool's gateway name.
+    pub async fn server_of(&self, principal: &GatewayPrincipal, name: &str) -> Result<String> {
+        let tools = self.tools(principal).await?;
+        let Some(&index) = tools.names.get(name) else {
+            return Err(Error::NotFound(Missing::Tool, name.to_owned()));
+        };
+        Ok(tools.listing.tools[index]
+            .server
+            .server
+            .spec
+            .name
+            .as_str()
+            .to_owned())
     }
 
     /// Stops the upstream sessions of an ended gateway session.

@@ -20,6 +20,7 @@ use crate::mcp::CallOutcome;
 use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
 use crate::store::Store;
 
+mod as_task;
 mod assistant;
 mod connections;
 mod explain;
@@ -46,6 +47,8 @@ pub struct Caller<'a> {
     pub scope: Option<&'a str>,
     /// The caller takes a 2026-07-28 server's rounds itself (see `mcp::CallPeers`).
     pub relayed: Option<crate::mcp::RelayedRound>,
+    /// How long the call may run, whatever the server's own timeout (a task's call).
+    pub timeout: Option<Duration>,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
@@ -243,6 +246,7 @@ impl UpstreamService {
             live,
             downstream,
             relayed,
+            timeout,
             ..
         } = caller;
         let spec = &lease.runtime.server.spec;
@@ -269,6 +273,10 @@ impl UpstreamService {
             unreachable!("checked above")
         };
         let max_total = Duration::from_secs(self.settings.pool.max_call_timeout_secs.into());
+        let (call_timeout, max_total) = match timeout {
+            Some(timeout) => (timeout, timeout),
+            None => (lease.runtime.call_timeout, max_total),
+        };
         // A global server is shared by every user: no one user answers its questions, so
         // without a gateway client to ask they are refused at once (see mcp::downstream).
         let server = &lease.runtime.server;
@@ -280,7 +288,7 @@ impl UpstreamService {
             .call_tool_reporting(
                 tool,
                 Some(arguments),
-                lease.runtime.call_timeout,
+                call_timeout,
                 max_total,
                 crate::mcp::CallPeers {
                     live,

@@ -1,0 +1,214 @@
+//! The tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`) for gateway clients
+//! that declare it: a `tools/call` whose result does not come within `tasks.inline_wait_ms`
+//! is answered with a task at once and goes on as one (`services::tasks`); `tasks/get`,
+//! `tasks/cancel` and `tasks/update` answer for the tasks of the same user and assistant,
+//! from the row, on any instance.
+//!
+//! The gateway runs every such call as its own task, whatever the upstream speaks; a
+//! server's question during a task goes to the user's event stream, as for REST calls.
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask,
+    ErrorCode, JsonObject, Task, TaskPayload, TaskStatus as WireStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use super::GatewayHandler;
+use super::call::call_outcome;
+use crate::domain::{TaskOrigin, TaskStatus};
+use crate::error::{Error, Resource};
+use crate::services::{Caller, NewTask, Started, TaskEnd};
+use crate::store::StoredTask;
+
+/// Whether the request's client declared the tasks extension (for the session or in
+/// this request's metadata).
+pub(super) fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+fn wire_status(status: TaskStatus) -> WireStatus {
+    match status {
+        TaskStatus::Working => WireStatus::Working,
+        TaskStatus::InputRequired => WireStatus::InputRequired,
+        TaskStatus::Completed => WireStatus::Completed,
+        TaskStatus::Failed => WireStatus::Failed,
+        TaskStatus::Cancelled => WireStatus::Cancelled,
+    }
+}
+
+fn object(value: Option<&Value>) -> JsonObject {
+    match value {
+        Some(Value::Object(map)) => map.clone(),
+        _ => JsonObject::new(),
+    }
+}
+
+/// The task's base fields as the extension names them.
+fn wire_task(task: &StoredTask, handler: &GatewayHandler) -> Task {
+    let tasks = handler.service.tasks();
+    let ttl = (task.expires_at - task.created_at)
+        .num_milliseconds()
+        .max(0) as u64;
+    let mut wire = Task::new(
+        task.id.to_string(),
+        wire_status(task.status),
+        task.created_at.to_rfc3339(),
+        task.updated_at.to_rfc3339(),
+    )
+    .with_ttl_ms(ttl)
+    .with_poll_interval_ms(tasks.poll_interval().as_millis() as u64);
+    wire.status_message = task.status_message.clone();
+    wire
+}
+
+fn detailed(task: &StoredTask, handler: &GatewayHandler) -> DetailedTask {
+    let payload = match task.status {
+        TaskStatus::Working => TaskPayload::Working,
+        TaskStatus::InputRequired => TaskPayload::InputRequired {
+            input_requests: Default::default(),
+        },
+        TaskStatus::Completed => TaskPayload::Completed {
+            result: object(task.result.as_ref()),
+        },
+        TaskStatus::Failed => TaskPayload::Failed {
+            error: object(task.error.as_ref()),
+        },
+        TaskStatus::Cancelled => TaskPayload::Cancelled,
+    };
+    DetailedTask::new(wire_task(task, handler), payload)
+}
+
+/// A task the client names that is not its own (or no task at all): invalid params, as
+/// the extension asks.
+fn task_error(error: Error) -> ErrorData {
+    match error {
+        Error::NotFound(Resource::Task, id) => {
+            ErrorData::invalid_params(format!("unknown task '{id}'"), None)
+        }
+        other => super::to_mcp_error(other),
+    }
+}
+
+/// A call's outcome as a task keeps it.
+fn task_end(outcome: Result<CallToolResponse, ErrorData>) -> TaskEnd {
+    match outcome {
+        Ok(CallToolResponse::Complete(result)) => {
+            TaskEnd::Completed(serde_json::to_value(result).unwrap_or_default())
+        }
+        Ok(_) => TaskEnd::failed(
+            ErrorCode::INTERNAL_ERROR.0,
+            "the server asked for input in a round, which the gateway does not relay into a task",
+            "MCP_PROTOCOL_ERROR",
+        ),
+        Err(error) => TaskEnd::Failed(serde_json::to_value(error).unwrap_or_default()),
+    }
+}
+
+impl GatewayHandler {
+    /// `tools/call` of a client that declared the tasks extension.
+    pub(super) async fn call_as_task(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let name = request.name.to_string();
+        let server_name = Box::pin(self.service.server_of(&principal, &name))
+            .await
+            .map_err(super::to_mcp_error)?;
+        let tasks = self.service.tasks().clone();
+        let new = NewTask {
+            user: principal.user.clone(),
+            assistant: Some(principal.assistant.clone()),
+            origin: TaskOrigin::Gateway,
+            server_name,
+            tool_name: name.clone(),
+        };
+        let (service, max_result_bytes) = (self.service.clone(), self.max_result_bytes);
+        let timeout = tasks.call_timeout();
+        let arguments = request.arguments;
+        let started = tasks
+            .start(new, Some(tasks.inline_wait()), move |cancel, messages| {
+                Box::pin(async move {
+                    let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                    let caller = Caller {
+                        live: Some(&live),
+                        timeout: Some(timeout),
+                        ..Caller::default()
+                    };
+                    let call = service.call(
+                        &principal,
+                        &name,
+                        arguments,
+                        caller,
+                        &cancel,
+                        max_result_bytes,
+                    );
+                    tokio::pin!(call);
+                    let result = loop {
+                        tokio::select! {
+                            biased;
+                            Some(update) = progress.recv() => {
+                                if let Some(message) = update.message {
+                                    let _ = messages.send(message);
+                                }
+                            }
+                            result = &mut call => break result,
+                        }
+                    };
+                    task_end(call_outcome(result))
+                })
+            })
+            .await
+            .map_err(super::to_mcp_error)?;
+        match started {
+            Started::Inline(TaskEnd::Completed(result)) => {
+                let result: CallToolResult = serde_json::from_value(result).map_err(|error| {
+                    ErrorData::internal_error(
+                        format!("the call's result was unreadable: {error}"),
+                        None,
+                    )
+                })?;
+                Ok(result.into())
+            }
+            Started::Inline(TaskEnd::Failed(error)) => Err(serde_json::from_value(error)
+                .unwrap_or_else(|_| ErrorData::internal_error("the call failed", None))),
+            Started::Task(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                &task, self,
+            )))),
+        }
+    }
+
+    pub(super) async fn task(
+        &self,
+        task_id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<DetailedTask, ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        let task = self
+            .service
+            .tasks()
+            .get(&principal.user, Some(&principal.assistant), task_id)
+            .await
+            .map_err(task_error)?;
+        Ok(detailed(&task, self))
+    }
+
+    pub(super) async fn cancel(
+        &self,
+        task_id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.service
+            .tasks()
+            .cancel(&principal.user, Some(&principal.assistant), task_id)
+            .await
+            .map_err(task_error)?;
+        Ok(())
+    }
+}

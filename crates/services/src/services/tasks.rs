@@ -1,0 +1,531 @@
+//! Tool calls run as tasks: the call goes on after the request that started it has been
+//! answered, and its outcome is kept as a row for `ttl_secs`, so any instance answers for
+//! it (`tasks/get`, `GET /api/tasks/{id}`) and a client may poll, come back later or
+//! cancel from anywhere.
+//!
+//! The call runs on the instance that started it. Every settlement is a conditional write
+//! (`TaskRepo::settle` moves only an open task), so the call's end, a cancel from any
+//! instance and the sweep of a stopped instance's tasks cannot overwrite each other: the
+//! first wins. A task whose instance stopped is failed by the next heartbeat's sweep
+//! (`settle_orphans`), on any instance, or by the same instance when it starts again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::cluster::{Cluster, Note};
+use crate::config::TaskSettings;
+use crate::domain::{AssistantId, InstanceId, TaskOrigin, TaskStatus, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::events::EventHub;
+use crate::store::{Store, StoreError, StoredTask};
+
+/// The event a user's streams get whenever one of their tasks changes status.
+pub const TASK_UPDATED: &str = "task.updated";
+
+/// How a task's call ended.
+#[derive(Debug, Clone)]
+pub enum TaskEnd {
+    /// The call's result (a tool that reported an error is still a result).
+    Completed(Value),
+    /// The call could not be made or did not finish: a JSON-RPC error object
+    /// (`{code, message, data}`), `data.code` the service's stable code.
+    Failed(Value),
+}
+
+impl TaskEnd {
+    /// A service error as a failed task keeps it.
+    pub fn failure(error: &Error) -> Self {
+        Self::failed(-32603, error.to_string(), error.code())
+    }
+
+    pub fn failed(code: i32, message: impl Into<String>, stable: &str) -> Self {
+        TaskEnd::Failed(error_object(code, message.into(), stable))
+    }
+}
+
+fn error_object(code: i32, message: String, stable: &str) -> Value {
+    json!({"code": code, "message": message, "data": {"code": stable}})
+}
+
+/// What a task's call is: a future given the task's cancellation and a sink for progress
+/// messages (which become the task's status message).
+pub type TaskWork = Pin<Box<dyn Future<Output = TaskEnd> + Send>>;
+
+/// A task about to be started: whose it is and what it calls.
+pub struct NewTask {
+    pub user: UserId,
+    /// A gateway client's task: only clients of the same assistant see it.
+    pub assistant: Option<AssistantId>,
+    pub origin: TaskOrigin,
+    pub server_name: String,
+    pub tool_name: String,
+}
+
+/// What `Tasks::start` gives back.
+pub enum Started {
+    /// The call finished within the inline wait; no task was made.
+    Inline(TaskEnd),
+    Task(StoredTask),
+}
+
+#[derive(Clone)]
+pub struct Tasks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    events: Arc<EventHub>,
+    cluster: Cluster,
+    settings: TaskSettings,
+    /// The calls this instance runs, by task id.
+    running: Mutex<HashMap<Uuid, CancellationToken>>,
+}
+
+/// What the runner of one task's call holds.
+struct Run {
+    id: Uuid,
+    cancel: CancellationToken,
+    messages: mpsc::UnboundedReceiver<String>,
+    message: Arc<Mutex<StatusMessage>>,
+    /// The call's end, to a starter still waiting inline.
+    ended: oneshot::Sender<TaskEnd>,
+    /// Whether the starter stored the task.
+    stored: oneshot::Receiver<bool>,
+}
+
+/// The latest progress message of a call, and whether the row has it yet.
+#[derive(Default)]
+struct StatusMessage {
+    text: Option<String>,
+    written: bool,
+}
+
+impl Tasks {
+    pub fn new(
+        store: Store,
+        events: Arc<EventHub>,
+        cluster: Cluster,
+        settings: TaskSettings,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                events,
+                cluster,
+                settings,
+                running: Mutex::default(),
+            }),
+        }
+    }
+
+    /// How long a task's call may run.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_secs(self.inner.settings.call_timeout_secs)
+    }
+
+    /// How long a gateway client's call may take before it becomes a task.
+    pub fn inline_wait(&self) -> Duration {
+        Duration::from_millis(self.inner.settings.inline_wait_ms)
+    }
+
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(self.inner.settings.ttl_secs)
+    }
+
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.inner.settings.poll_interval_ms)
+    }
+
+    /// Runs `work` as a task of `new.user`. With `inline`, a call that ends within that
+    /// time is answered as it is and leaves no row; otherwise the task is stored (before
+    /// this returns, so a `tasks/get` for it is answered at once) and the call goes on.
+    /// `work` gets the task's cancellation and a sink whose messages become its status
+    /// message.
+    pub async fn start(
+        &self,
+        new: NewTask,
+        inline: Option<Duration>,
+        work: impl FnOnce(CancellationToken, mpsc::UnboundedSender<String>) -> TaskWork,
+    ) -> Result<Started> {
+        let max = self.inner.settings.max_open_per_user;
+        if self.inner.store.tasks().count_open(&new.user).await? >= max {
+            return Err(Error::TooManyTasks(max));
+        }
+        let id = Uuid::new_v4();
+        let cancel = CancellationToken::new();
+        let (messages_tx, messages) = mpsc::unbounded_channel();
+        let (ended_tx, mut ended) = oneshot::channel::<TaskEnd>();
+        let (stored_tx, stored) = oneshot::channel::<bool>();
+        let message = Arc::new(Mutex::new(StatusMessage::default()));
+        let call = work(cancel.clone(), messages_tx);
+        let run = Run {
+            id,
+            cancel: cancel.clone(),
+            messages,
+            message: message.clone(),
+            ended: ended_tx,
+            stored,
+        };
+        tokio::spawn(self.clone().run(run, call));
+        if let Some(wait) = inline
+            && let Ok(end) = tokio::time::timeout(wait, &mut ended).await
+        {
+            return match end {
+                Ok(end) => Ok(Started::Inline(end)),
+                Err(_) => Err(Error::Unexpected(anyhow::anyhow!(
+                    "the call's task ended without an outcome"
+                ))),
+            };
+        }
+        // From here the call's end goes to the row: an end sent before `close` is taken
+        // now, any later send fails and the runner waits for the row instead.
+        ended.close();
+        if let Ok(end) = ended.try_recv() {
+            let _ = stored_tx.send(false);
+            if inline.is_some() {
+                return Ok(Started::Inline(end));
+            }
+            return self
+                .store_new(id, new, None, Some(end))
+                .await
+                .map(Started::Task);
+        }
+        let status_message = {
+            let mut message = message.lock().expect("status message");
+            message.written = true;
+            message.text.clone()
+        };
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .insert(id, cancel.clone());
+        match self.store_new(id, new, status_message, None).await {
+            Ok(task) => {
+                let _ = stored_tx.send(true);
+                Ok(Started::Task(task))
+            }
+            Err(error) => {
+                self.inner
+                    .running
+                    .lock()
+                    .expect("running tasks")
+                    .remove(&id);
+                cancel.cancel();
+                let _ = stored_tx.send(false);
+                Err(error)
+            }
+        }
+    }
+
+    /// Stores a new task, open or (a call that ended while it was being made) already
+    /// settled, and tells the user's streams.
+    async fn store_new(
+        &self,
+        id: Uuid,
+        new: NewTask,
+        status_message: Option<String>,
+        end: Option<TaskEnd>,
+    ) -> Result<StoredTask> {
+        let now = crate::domain::now();
+        let ttl = chrono::Duration::from_std(self.ttl()).unwrap_or(chrono::Duration::MAX);
+        let (status, result, error) = match end {
+            None => (TaskStatus::Working, None, None),
+            Some(TaskEnd::Completed(result)) => (TaskStatus::Completed, Some(result), None),
+            Some(TaskEnd::Failed(error)) => (TaskStatus::Failed, None, Some(error)),
+        };
+        let task = StoredTask {
+            id,
+            user_id: new.user,
+            assistant_id: new.assistant,
+            origin: new.origin,
+            server_name: new.server_name,
+            tool_name: new.tool_name,
+            status,
+            status_message,
+            result,
+            error,
+            instance_id: self.inner.cluster.me(),
+            created_at: now,
+            updated_at: now,
+            expires_at: now + ttl,
+        };
+        self.inner.store.tasks().insert(&task).await?;
+        self.announce(&task);
+        Ok(task)
+    }
+
+    /// The call of a task, to its end: answered inline when the starter still waits,
+    /// else settled on the row once the row exists.
+    async fn run(self, run: Run, call: TaskWork) {
+        let Run {
+            id,
+            cancel,
+            mut messages,
+            message,
+            ended,
+            stored,
+        } = run;
+        tokio::pin!(call);
+        // The starter's word on the row: `Some(true)` stored, `Some(false)` not (answered
+        // inline, or the write failed and the call is cancelled).
+        let mut row: Option<bool> = None;
+        tokio::pin!(stored);
+        let mut last_write = tokio::time::Instant::now() - Duration::from_secs(1);
+        let end = loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break None,
+                end = &mut call => break Some(end),
+                Some(text) = messages.recv() => {
+                    let write = {
+                        let mut current = message.lock().expect("status message");
+                        current.text = Some(text.clone());
+                        current.written && last_write.elapsed() >= Duration::from_secs(1)
+                    };
+                    if write {
+                        last_write = tokio::time::Instant::now();
+                        self.note_status_message(id, text).await;
+                    }
+                }
+                word = &mut stored, if row.is_none() => row = Some(word.unwrap_or(false)),
+            }
+        };
+        // Cancelled: whoever cancelled settled the row; dropping the call tells the server.
+        let Some(end) = end else {
+            self.forget(id);
+            return;
+        };
+        let Err(end) = ended.send(end) else {
+            return;
+        };
+        let row = match row {
+            Some(row) => row,
+            None => stored.await.unwrap_or(false),
+        };
+        if row {
+            self.settle(id, end).await;
+        }
+        self.forget(id);
+    }
+
+    fn forget(&self, id: Uuid) {
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .remove(&id);
+    }
+
+    async fn note_status_message(&self, id: Uuid, text: String) {
+        let tasks = self.inner.store.tasks();
+        if let Err(error) = tasks
+            .settle(id, TaskStatus::Working, Some(text), None, None)
+            .await
+        {
+            tracing::debug!(task = %id, %error, "a task's status message was not stored");
+        }
+    }
+
+    /// Writes a call's end on its task; a database outage is waited out (every second,
+    /// up to the task's time to live), so an acknowledged task does not lose its result.
+    async fn settle(&self, id: Uuid, end: TaskEnd) {
+        let (status, result, error) = match end {
+            TaskEnd::Completed(result) => (TaskStatus::Completed, Some(result), None),
+            TaskEnd::Failed(error) => (TaskStatus::Failed, None, Some(error)),
+        };
+        let deadline = tokio::time::Instant::now() + self.ttl();
+        loop {
+            let written = self
+                .inner
+                .store
+                .tasks()
+                .settle(id, status, None, result.clone(), error.clone())
+                .await;
+            match written {
+                Ok(true) => {
+                    if let Ok(Some(task)) = self.inner.store.tasks().get(id).await {
+                        self.announce(&task);
+                    }
+                    return;
+                }
+                // Cancelled or failed by a sweep meanwhile: that stands.
+                Ok(false) => return,
+                Err(StoreError::Unavailable(reason)) if tokio::time::Instant::now() < deadline => {
+                    tracing::warn!(task = %id, %reason, "a task's outcome waits for the database");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(error) => {
+                    tracing::error!(task = %id, %error, "a task's outcome could not be stored");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A task of `user` (and, for a gateway client, of `assistant`); any other is not
+    /// found, as one that never existed or expired.
+    pub async fn get(
+        &self,
+        user: &UserId,
+        assistant: Option<&AssistantId>,
+        id: &str,
+    ) -> Result<StoredTask> {
+        let missing = || Error::NotFound(Resource::Task, id.to_owned());
+        let parsed = Uuid::parse_str(id).map_err(|_| missing())?;
+        let task = self
+            .inner
+            .store
+            .tasks()
+            .get(parsed)
+            .await?
+            .ok_or_else(missing)?;
+        let visible = task.user_id == *user
+            && assistant.is_none_or(|assistant| task.assistant_id.as_ref() == Some(assistant));
+        if !visible {
+            return Err(missing());
+        }
+        Ok(task)
+    }
+
+    /// A user's tasks, newest first.
+    pub async fn list(&self, user: &UserId, limit: u64) -> Result<Vec<StoredTask>> {
+        Ok(self.inner.store.tasks().list(user, limit).await?)
+    }
+
+    /// Cancels an open task wherever it runs; a task already settled stays as it is.
+    /// Returns the task as it stands after.
+    pub async fn cancel(
+        &self,
+        user: &UserId,
+        assistant: Option<&AssistantId>,
+        id: &str,
+    ) -> Result<StoredTask> {
+        let task = self.get(user, assistant, id).await?;
+        if task.status.is_terminal() {
+            return Ok(task);
+        }
+        let tasks = self.inner.store.tasks();
+        let cancelled = tasks
+            .settle(
+                task.id,
+                TaskStatus::Cancelled,
+                Some("cancelled by the client".into()),
+                None,
+                None,
+            )
+            .await?;
+        if cancelled {
+            if task.instance_id == self.inner.cluster.me() {
+                self.stop_here(task.id);
+            } else {
+                self.inner.cluster.tell(Note::CancelTask {
+                    to: task.instance_id,
+                    task: task.id,
+                });
+            }
+        }
+        let task = tasks
+            .get(task.id)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::Task, id.to_owned()))?;
+        if cancelled {
+            self.announce(&task);
+        }
+        Ok(task)
+    }
+
+    /// Stops the call of a task this instance runs (its row is settled already).
+    pub(crate) fn stop_here(&self, id: Uuid) {
+        if let Some(cancel) = self
+            .inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .remove(&id)
+        {
+            cancel.cancel();
+        }
+    }
+
+    /// Fails the open tasks of instances no longer live, and drops expired rows.
+    pub(crate) async fn settle_orphans(&self, live: &[InstanceId]) -> Result<usize> {
+        let tasks = self.inner.store.tasks();
+        let mut settled = 0;
+        for orphan in tasks.orphaned(live).await? {
+            let error = error_object(
+                -32603,
+                "the instance of the service that ran this task stopped before the call ended"
+                    .into(),
+                "TASK_INSTANCE_STOPPED",
+            );
+            if tasks
+                .settle(orphan.id, TaskStatus::Failed, None, None, Some(error))
+                .await?
+                && let Some(task) = tasks.get(orphan.id).await?
+            {
+                settled += 1;
+                self.announce(&task);
+            }
+        }
+        if settled > 0 {
+            tracing::warn!(settled, "failed tasks whose instance stopped");
+        }
+        let dropped = tasks.drop_expired().await?;
+        if dropped > 0 {
+            tracing::debug!(dropped, "dropped expired tasks");
+        }
+        Ok(settled)
+    }
+
+    /// Tells the user's event streams, here and on the other instances.
+    fn announce(&self, task: &StoredTask) {
+        let data = task_json(task, self.poll_interval());
+        self.inner
+            .events
+            .publish(&task.user_id, TASK_UPDATED, data.clone());
+        self.inner.cluster.tell(Note::UserEvent {
+            user: task.user_id.as_str().to_owned(),
+            name: TASK_UPDATED.to_owned(),
+            data,
+        });
+    }
+}
+
+/// A task as the REST API and the event stream show it.
+pub fn task_json(task: &StoredTask, poll_interval: Duration) -> Value {
+    let ttl = (task.expires_at - task.created_at)
+        .num_milliseconds()
+        .max(0);
+    let mut view = json!({
+        "taskId": task.id,
+        "status": task.status.as_str(),
+        "server": task.server_name,
+        "tool": task.tool_name,
+        "origin": task.origin.as_str(),
+        "createdAt": task.created_at.to_rfc3339(),
+        "lastUpdatedAt": task.updated_at.to_rfc3339(),
+        "ttlMs": ttl,
+        "pollIntervalMs": poll_interval.as_millis() as u64,
+    });
+    let map = view.as_object_mut().expect("an object");
+    if let Some(message) = &task.status_message {
+        map.insert("statusMessage".into(), json!(message));
+    }
+    if let Some(result) = &task.result {
+        map.insert("result".into(), result.clone());
+    }
+    if let Some(error) = &task.error {
+        map.insert("error".into(), error.clone());
+    }
+    view
+}

@@ -1,0 +1,107 @@
+//! A REST (or gRPC) call run as a task: `Prefer: respond-async` on
+//! `POST /api/mcp-servers/{id}/tools/{tool}/call`.
+
+use serde_json::Value;
+
+use super::{Caller, UpstreamService};
+use crate::domain::{TaskOrigin, UserId};
+use crate::error::{Error, Resource, Result};
+use crate::pool::ConnectionKey;
+use crate::services::tasks::{NewTask, Started, TaskEnd, Tasks};
+use crate::services::tool_calls::limit_result_in_place;
+use crate::store::StoredTask;
+
+impl UpstreamService {
+    /// The name of one of the user's servers (or a global one), without connecting.
+    async fn server_name(&self, user: &UserId, server_id: &str) -> Result<String> {
+        let missing = || Error::NotFound(Resource::McpServer, server_id.to_owned());
+        let id = uuid::Uuid::parse_str(server_id).map_err(|_| missing())?;
+        if let Some(server) = self.globals.get(id) {
+            return Ok(server.spec.name.as_str().to_owned());
+        }
+        if let Some(runtime) = self
+            .pool
+            .runtime_of(&ConnectionKey::shared(user.clone(), id))
+        {
+            return Ok(runtime.server.spec.name.as_str().to_owned());
+        }
+        let server = self
+            .store
+            .servers()
+            .get(user, id)
+            .await?
+            .ok_or_else(missing)?;
+        Ok(server.spec.name.as_str().to_owned())
+    }
+
+    /// Starts `tool` of `server_id` as a task of `user` and returns it at once; the call
+    /// goes on for up to `tasks.call_timeout_secs`, its progress messages becoming the
+    /// task's status message, what the server asks meanwhile going to the user's event
+    /// stream as for any REST call.
+    pub async fn call_tool_as_task(
+        &self,
+        tasks: &Tasks,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        arguments: Value,
+        origin: TaskOrigin,
+    ) -> Result<StoredTask> {
+        let new = NewTask {
+            user: user.clone(),
+            assistant: None,
+            origin,
+            server_name: self.server_name(user, server_id).await?,
+            tool_name: tool.to_owned(),
+        };
+        let (upstream, user) = (self.clone(), user.clone());
+        let (server_id, tool) = (server_id.to_owned(), tool.to_owned());
+        let timeout = tasks.call_timeout();
+        // Kept as a row: cut by the rule results given to a model are cut by.
+        let max_bytes = self.settings.limits.max_result_bytes;
+        let started = tasks
+            .start(new, None, move |_cancel, messages| {
+                Box::pin(async move {
+                    let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                    let caller = Caller {
+                        live: Some(&live),
+                        timeout: Some(timeout),
+                        ..Caller::default()
+                    };
+                    let call =
+                        upstream.call_tool_reporting(&user, &server_id, &tool, arguments, caller);
+                    tokio::pin!(call);
+                    let result = loop {
+                        tokio::select! {
+                            biased;
+                            Some(update) = progress.recv() => {
+                                if let Some(message) = update.message {
+                                    let _ = messages.send(message);
+                                }
+                            }
+                            result = &mut call => break result,
+                        }
+                    };
+                    match result {
+                        Ok(report) => {
+                            let result = limit_result_in_place(report.outcome.result, max_bytes);
+                            let is_error = result.is_error.unwrap_or(false);
+                            let mut result = serde_json::to_value(&result).unwrap_or_default();
+                            if let Value::Object(map) = &mut result {
+                                map.insert("isError".into(), Value::Bool(is_error));
+                            }
+                            TaskEnd::Completed(result)
+                        }
+                        Err(error) => TaskEnd::failure(&error),
+                    }
+                })
+            })
+            .await?;
+        match started {
+            Started::Task(task) => Ok(task),
+            Started::Inline(_) => Err(Error::Unexpected(anyhow::anyhow!(
+                "a task without an inline wait was answered inline"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `tasks`: tool calls that outlive their request. A status moves only while it is open
+//! (`working`, `input_required`): every write that settles a task is conditional on that,
+//! so whichever settles first (the call's end, a cancel from any instance, the sweep of a
+//! stopped instance's tasks) wins and the others change nothing.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::entities::task;
+use super::instances::ids;
+use super::{Db, StoreError, corrupt};
+use crate::domain::{AssistantId, InstanceId, TaskOrigin, TaskStatus, UserId};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTask {
+    pub id: Uuid,
+    pub user_id: UserId,
+    /// A gateway client's task: only that assistant's clients see it.
+    pub assistant_id: Option<AssistantId>,
+    pub origin: TaskOrigin,
+    pub server_name: String,
+    pub tool_name: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    /// The call's result (`completed`).
+    pub result: Option<Value>,
+    /// Why it failed (`failed`): a JSON-RPC error object.
+    pub error: Option<Value>,
+    pub instance_id: InstanceId,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+fn stored(row: task::Model) -> Result<StoredTask, StoreError> {
+    Ok(StoredTask {
+        id: row.id,
+        user_id: UserId::parse(&row.user_id).map_err(|e| corrupt("user_id", e))?,
+        assistant_id: row
+            .assistant_id
+            .as_deref()
+            .map(AssistantId::parse)
+            .transpose()
+            .map_err(|e| corrupt("assistant_id", e))?,
+        origin: TaskOrigin::parse(&row.origin).ok_or_else(|| corrupt("origin", &row.origin))?,
+        server_name: row.server_name,
+        tool_name: row.tool_name,
+        status: TaskStatus::parse(&row.status).ok_or_else(|| corrupt("status", &row.status))?,
+        status_message: row.status_message,
+        result: row.result,
+        error: row.error,
+        instance_id: InstanceId(row.instance_id),
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        expires_at: row.expires_at,
+    })
+}
+
+fn open() -> Condition {
+    Condition::any()
+        .add(task::Column::Status.eq(TaskStatus::Working.as_str()))
+        .add(task::Column::Status.eq(TaskStatus::InputRequired.as_str()))
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskRepo {
+    db: Db,
+}
+
+impl TaskRepo {
+    pub(super) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    pub async fn insert(&self, task: &StoredTask) -> Result<(), StoreError> {
+        task::Entity::insert(task::ActiveModel {
+            id: Set(task.id),
+            user_id: Set(task.user_id.as_str().to_owned()),
+            assistant_id: Set(task.assistant_id.as_ref().map(|a| a.as_str().to_owned())),
+            origin: Set(task.origin.as_str().to_owned()),
+            server_name: Set(task.server_name.clone()),
+            tool_name: Set(task.tool_name.clone()),
+            status: Set(task.status.as_str().to_owned()),
+            status_message: Set(task.status_message.clone()),
+            result: Set(task.result.clone()),
+            error: Set(task.error.clone()),
+            instance_id: Set(task.instance_id.0),
+            created_at: Set(task.created_at),
+            updated_at: Set(task.updated_at),
+            expires_at: Set(task.expires_at),
+        })
+        .exec_without_returning(self.db.writer()?)
+        .await?;
+        Ok(())
+    }
+
+    /// The task, if it has not expired.
+    pub async fn get(&self, id: Uuid) -> Result<Option<StoredTask>, StoreError> {
+        task::Entity::find_by_id(id)
+            .filter(task::Column::ExpiresAt.gt(crate::domain::now()))
+            .one(self.db.reader()?)
+            .await?
+            .map(stored)
+            .transpose()
+    }
+
+    /// A user's tasks, newest first.
+    pub async fn list(&self, user: &UserId, limit: u64) -> Result<Vec<StoredTask>, StoreError> {
+        task::Entity::find()
+            .filter(task::Column::UserId.eq(user.as_str()))
+            .filter(task::Column::ExpiresAt.gt(crate::domain::now()))
+            .order_by_desc(task::Column::CreatedAt)
+            .limit(limit)
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(stored)
+            .collect()
+    }
+
+    /// How many of a user's tasks are still open.
+    pub async fn count_open(&self, user: &UserId) -> Result<u64, StoreError> {
+        Ok(task::Entity::find()
+            .filter(task::Column::UserId.eq(user.as_str()))
+            .filter(open())
+            .count(self.db.reader()?)
+            .await?)
+    }
+
+    /// Moves an open task to `status` (open or terminal) with what goes with it; `false`
+    /// when it was no longer open (cancelled, failed by a sweep) or is gone.
+    pub async fn settle(
+        &self,
+        id: Uuid,
+        status: TaskStatus,
+        status_message: Option<String>,
+        result: Option<Value>,
+        error: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        let updated = task::Entity::update_many()
+            .set(task::ActiveModel {
+                status: Set(status.as_str().to_owned()),
+                status_message: Set(status_message),
+                result: Set(result),
+                error: Set(error),
+                updated_at: Set(crate::domain::now()),
+                ..Default::default()
+            })
+            .filter(task::Column::Id.eq(id))
+            .filter(open())
+            .exec(self.db.writer()?)
+            .await?;
+        Ok(updated.rows_affected > 0)
+    }
+
+    /// Open tasks whose instance is not among `live`.
+    pub async fn orphaned(&self, live: &[InstanceId]) -> Result<Vec<StoredTask>, StoreError> {
+        task::Entity::find()
+            .filter(open())
+            .filter(task::Column::InstanceId.is_not_in(ids(live)))
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(stored)
+            .collect()
+    }
+
+    /// Drops the rows past their time to live; how many.
+    pub async fn drop_expired(&self) -> Result<u64, StoreError> {
+        Ok(task::Entity::delete_many()
+            .filter(task::Column::ExpiresAt.lte(crate::domain::now()))
+            .exec(self.db.writer()?)
+            .await?
+            .rows_affected)
+    }
+}
