@@ -25,6 +25,8 @@ impl MigrationTrait for Migration {
                     .col(text_null("status_message"))
                     .col(json_binary_null("result"))
                     .col(json_binary_null("error"))
+                    // While `input_required`: what the call waits for, by key.
+                    .col(json_binary_null("input_requests"))
                     .col(uuid("instance_id"))
                     .col(timestamp_with_time_zone("created_at"))
                     .col(timestamp_with_time_zone("updated_at"))

@@ -16,6 +16,35 @@ async fn the_gateway_passes_what_the_server_alone_passes_in_2026_07_28() {
     run_server_scenarios("2026-07-28").await;
 }
 
+/// The suite's `tasks-*` scenarios (the tasks extension) against the gateway's own task
+/// runner in front of the stdio fixture (`tests/conformance/tasks.sh`): every scenario
+/// `tasks-must-pass.txt` lists passes.
+#[tokio::test]
+async fn the_gateway_runs_calls_as_tasks_as_the_tasks_extension_asks() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/tasks.sh");
+    let output = tokio::process::Command::new("bash")
+        .arg(script)
+        .env("STRICT", "1")
+        .env_remove("DATABASE_URL")
+        .env("POOL", env!("CARGO_BIN_EXE_mcp-pool"))
+        .env("FIXTURE", crate::upstreams::fixture_binary())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("tasks.sh starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "the gateway fails tasks scenarios it must pass:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("passed "),
+        "the suite printed no results:\n{stdout}\n{stderr}"
+    );
+}
+
 async fn run_server_scenarios(spec: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/run.sh");
     let output = tokio::process::Command::new("bash")

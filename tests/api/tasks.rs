@@ -350,7 +350,7 @@ fn call(name: &str, arguments: Value) -> CallToolRequestParams {
 async fn ended_task(client: &rmcp::Peer<rmcp::RoleClient>, id: &str) -> GetTaskResult {
     for _ in 0..400 {
         let got = client.get_task(GetTaskParams::new(id)).await.unwrap();
-        if got.task.status() != TaskStatus::Working {
+        if got.task.status().is_terminal() {
             return got;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -488,4 +488,97 @@ async fn a_gateway_task_waiting_for_approval_moves_when_the_user_approves() {
         panic!("completed: {done:?}")
     };
     assert_eq!(text_of_result(result), "5");
+}
+
+/// A client of the newest revision that declares tasks and answers questions.
+#[derive(Clone)]
+struct AnsweringTasksClient;
+
+impl rmcp::ClientHandler for AnsweringTasksClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "answering-tasks", "version": "1"}
+        }))
+        .unwrap()
+    }
+}
+
+/// The server's question during a task makes it `input_required`; the client's answer
+/// (`tasks/update`), through this instance or another, lets the call go on.
+#[tokio::test]
+async fn a_servers_question_during_a_task_waits_for_the_clients_tasks_update() {
+    let app = spawn_pool_app().await;
+    let mut preset = crate::upstreams::fixture_preset();
+    preset["name"] = json!("task-fixture");
+    preset["args"] = json!(["stdio", "--task-tools"]);
+    app.create_preset_ok(preset).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "task-fixture", "autoApproveTools": ["confirm_delete", "multi_input"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = discover(&app, "a1", &token, AnsweringTasksClient).await;
+    // Answered through another instance where instances can talk (PostgreSQL).
+    let other = if app.on_postgres() {
+        Some(app.another_instance().await)
+    } else {
+        None
+    };
+    let answering = match &other {
+        Some(other) => discover(other, "a1", &token, AnsweringTasksClient).await,
+        None => discover(&app, "a1", &token, AnsweringTasksClient).await,
+    };
+
+    let started = client
+        .call_tool_once(call("fx__confirm_delete", json!({"filename": "notes.txt"})))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = started else {
+        panic!("a call waiting for an answer becomes a task: {started:?}")
+    };
+    let id = created.task.task_id.clone();
+    let mut asked = None;
+    for _ in 0..100 {
+        let got = client.get_task(GetTaskParams::new(&id)).await.unwrap();
+        if let TaskPayload::InputRequired { input_requests } = &got.task.payload {
+            asked = Some(input_requests.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let asked = asked.expect("the task became input_required");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let (key, request) = asked.iter().next().unwrap();
+    let request = serde_json::to_value(request).unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "Delete notes.txt?");
+    // Keys it does not wait for are ignored; the right one lets it finish.
+    answering
+        .update_task(rmcp::model::UpdateTaskParams::new(
+            &id,
+            [("no-such-key".to_owned(), json!({"action": "decline"}))].into(),
+        ))
+        .await
+        .unwrap();
+    answering
+        .update_task(rmcp::model::UpdateTaskParams::new(
+            &id,
+            [(
+                key.clone(),
+                json!({"action": "accept", "content": {"confirm": true}}),
+            )]
+            .into(),
+        ))
+        .await
+        .unwrap();
+    let done = ended_task(&client, &id).await;
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("completed: {done:?}")
+    };
+    assert_eq!(text_of_result(result), "deleted notes.txt");
 }

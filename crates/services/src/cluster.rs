@@ -73,6 +73,12 @@ pub enum Note {
     },
     /// A task `to` runs was cancelled (its row says so already): stop its call.
     CancelTask { to: InstanceId, task: Uuid },
+    /// A client's answers (`tasks/update`) for the questions of a task `to` runs.
+    AnswerTask {
+        to: InstanceId,
+        task: Uuid,
+        responses: serde_json::Value,
+    },
     /// A ToolCallRecord changed: instances with event streams of the user relay it.
     /// The record comes along when it fits in a note; otherwise it is read from the
     /// database (its latest state then).
@@ -331,7 +337,10 @@ impl Cluster {
     pub fn tell(&self, note: Note) {
         let addressed = matches!(
             note,
-            Note::ConfirmCall { .. } | Note::CallConfirmed { .. } | Note::CancelTask { .. }
+            Note::ConfirmCall { .. }
+                | Note::CallConfirmed { .. }
+                | Note::CancelTask { .. }
+                | Note::AnswerTask { .. }
         );
         if addressed || !self.inner.alone.load(Ordering::Relaxed) {
             self.send_note(note);

@@ -427,15 +427,13 @@ impl ServerHandler for GatewayHandler {
         Ok(GetTaskResult::new(task))
     }
 
-    /// Nothing the gateway runs as a task waits for input from the client: the responses
-    /// are acknowledged and ignored (as the extension says of keys no request has).
+    /// Answers to a task's input requests; keys it does not wait for are ignored.
     async fn update_task(
         &self,
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Box::pin(self.task(&request.task_id, &context)).await?;
-        Ok(())
+        Box::pin(self.answer(&request.task_id, request.input_responses, &context)).await
     }
 
     async fn cancel_task(

@@ -31,6 +31,8 @@ pub struct StoredTask {
     pub result: Option<Value>,
     /// Why it failed (`failed`): a JSON-RPC error object.
     pub error: Option<Value>,
+    /// What the call waits for (`input_required`): input requests by key.
+    pub input_requests: Option<Value>,
     pub instance_id: InstanceId,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -54,6 +56,7 @@ fn stored(row: task::Model) -> Result<StoredTask, StoreError> {
         status_message: row.status_message,
         result: row.result,
         error: row.error,
+        input_requests: row.input_requests,
         instance_id: InstanceId(row.instance_id),
         created_at: row.created_at,
         updated_at: row.updated_at,
@@ -89,6 +92,7 @@ impl TaskRepo {
             status_message: Set(task.status_message.clone()),
             result: Set(task.result.clone()),
             error: Set(task.error.clone()),
+            input_requests: Set(task.input_requests.clone()),
             instance_id: Set(task.instance_id.0),
             created_at: Set(task.created_at),
             updated_at: Set(task.updated_at),
@@ -132,8 +136,8 @@ impl TaskRepo {
             .await?)
     }
 
-    /// Moves an open task to `status` (open or terminal) with what goes with it; `false`
-    /// when it was no longer open (cancelled, failed by a sweep) or is gone.
+    /// Ends an open task: `status` is terminal, with its result or error; `false` when it
+    /// was no longer open (cancelled, failed by a sweep) or is gone.
     pub async fn settle(
         &self,
         id: Uuid,
@@ -142,15 +146,46 @@ impl TaskRepo {
         result: Option<Value>,
         error: Option<Value>,
     ) -> Result<bool, StoreError> {
-        let updated = task::Entity::update_many()
-            .set(task::ActiveModel {
+        self.update_open(
+            id,
+            task::ActiveModel {
                 status: Set(status.as_str().to_owned()),
                 status_message: Set(status_message),
                 result: Set(result),
                 error: Set(error),
+                input_requests: Set(None),
                 updated_at: Set(crate::domain::now()),
                 ..Default::default()
-            })
+            },
+        )
+        .await
+    }
+
+    /// What an open task is doing: `working` or `input_required` with what it waits for,
+    /// and its latest status message; `false` when it is no longer open.
+    pub async fn progress(
+        &self,
+        id: Uuid,
+        status: TaskStatus,
+        status_message: Option<String>,
+        input_requests: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        self.update_open(
+            id,
+            task::ActiveModel {
+                status: Set(status.as_str().to_owned()),
+                status_message: Set(status_message),
+                input_requests: Set(input_requests),
+                updated_at: Set(crate::domain::now()),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    async fn update_open(&self, id: Uuid, change: task::ActiveModel) -> Result<bool, StoreError> {
+        let updated = task::Entity::update_many()
+            .set(change)
             .filter(task::Column::Id.eq(id))
             .filter(open())
             .exec(self.db.writer()?)

@@ -107,7 +107,18 @@ impl Services {
                     .forward_answered(*request, outcome.clone());
             }
             Note::CancelTask { to, task } if *to == me => self.tasks.stop_here(*task),
-            Note::ConfirmCall { .. } | Note::CallConfirmed { .. } | Note::CancelTask { .. } => {}
+            Note::AnswerTask {
+                to,
+                task,
+                responses,
+            } if *to == me => {
+                let responses = responses.as_object().cloned().unwrap_or_default();
+                self.tasks.answer_here(*task, responses).await;
+            }
+            Note::ConfirmCall { .. }
+            | Note::CallConfirmed { .. }
+            | Note::CancelTask { .. }
+            | Note::AnswerTask { .. } => {}
             Note::ToolCallChanged {
                 user,
                 message,

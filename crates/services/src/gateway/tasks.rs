@@ -4,12 +4,23 @@
 //! `tasks/cancel` and `tasks/update` answer for the tasks of the same user and assistant,
 //! from the row, on any instance.
 //!
-//! The gateway runs every such call as its own task, whatever the upstream speaks; a
-//! server's question during a task goes to the user's event stream, as for REST calls.
+//! The gateway runs every such call as its own task, whatever the upstream speaks. What
+//! the server behind asks meanwhile (elicitation, sampling, roots) makes the task
+//! `input_required` with the question among its `inputRequests`, for a client that
+//! declared it answers such questions; `tasks/update` brings the answers back to the call.
 
+// Sampling and roots are deprecated in 2026-07-28 but are what older servers ask for.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask,
-    ErrorCode, JsonObject, Task, TaskPayload, TaskStatus as WireStatus,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, CreateTaskResult,
+    DetailedTask, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, InputRequest,
+    InputRequests, InputResponses, JsonObject, ListRootsRequest, ListRootsResult, Task,
+    TaskPayload, TaskStatus as WireStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -19,7 +30,8 @@ use super::GatewayHandler;
 use super::call::call_outcome;
 use crate::domain::{TaskOrigin, TaskStatus};
 use crate::error::{Error, Resource};
-use crate::services::{Caller, NewTask, Started, TaskEnd};
+use crate::mcp::downstream::Downstream;
+use crate::services::{Caller, NewTask, Started, TaskEnd, TaskHandle};
 use crate::store::StoredTask;
 
 /// Whether the request's client declared the tasks extension (for the session or in
@@ -69,7 +81,11 @@ fn detailed(task: &StoredTask, handler: &GatewayHandler) -> DetailedTask {
     let payload = match task.status {
         TaskStatus::Working => TaskPayload::Working,
         TaskStatus::InputRequired => TaskPayload::InputRequired {
-            input_requests: Default::default(),
+            input_requests: task
+                .input_requests
+                .clone()
+                .and_then(|requests| serde_json::from_value::<InputRequests>(requests).ok())
+                .unwrap_or_default(),
         },
         TaskStatus::Completed => TaskPayload::Completed {
             result: object(task.result.as_ref()),
@@ -80,6 +96,77 @@ fn detailed(task: &StoredTask, handler: &GatewayHandler) -> DetailedTask {
         TaskStatus::Cancelled => TaskPayload::Cancelled,
     };
     DetailedTask::new(wire_task(task, handler), payload)
+}
+
+/// What the server behind asks during a task, put to the client as the task's input
+/// requests, if the client declared it answers such questions.
+struct TaskAsked {
+    task: TaskHandle,
+    client: Option<ClientCapabilities>,
+}
+
+fn not_declared(what: &str) -> ErrorData {
+    ErrorData::invalid_request(
+        format!("the client that made this call does not handle {what}"),
+        None,
+    )
+}
+
+impl TaskAsked {
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        request: InputRequest,
+    ) -> Result<T, ErrorData> {
+        let request = serde_json::to_value(request)
+            .map_err(|e| ErrorData::internal_error(format!("an unwritable question: {e}"), None))?;
+        let answer = self.task.ask(request).await.ok_or_else(|| {
+            ErrorData::invalid_request("the task ended before the client answered", None)
+        })?;
+        serde_json::from_value(answer)
+            .map_err(|e| ErrorData::invalid_params(format!("the client's answer: {e}"), None))
+    }
+}
+
+impl Downstream for TaskAsked {
+    fn elicit(
+        &self,
+        params: ElicitRequestParams,
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        Box::pin(async move {
+            if self.client.as_ref().is_none_or(|c| c.elicitation.is_none()) {
+                return Err(not_declared("elicitation"));
+            }
+            self.ask(InputRequest::Elicitation(ElicitRequest::new(params)))
+                .await
+        })
+    }
+
+    fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        Box::pin(async move {
+            if self.client.as_ref().is_none_or(|c| c.sampling.is_none()) {
+                return Err(not_declared("sampling"));
+            }
+            self.ask(InputRequest::CreateMessage(CreateMessageRequest::new(
+                params,
+            )))
+            .await
+        })
+    }
+
+    fn roots(&self) -> BoxFuture<'_, Option<Result<ListRootsResult, ErrorData>>> {
+        Box::pin(async move {
+            if self.client.as_ref().is_none_or(|c| c.roots.is_none()) {
+                return None;
+            }
+            Some(
+                self.ask(InputRequest::ListRoots(ListRootsRequest::default()))
+                    .await,
+            )
+        })
+    }
 }
 
 /// A task the client names that is not its own (or no task at all): invalid params, as
@@ -131,12 +218,19 @@ impl GatewayHandler {
         let (service, max_result_bytes) = (self.service.clone(), self.max_result_bytes);
         let timeout = tasks.call_timeout();
         let arguments = request.arguments;
+        let client = context.client_capabilities();
         let started = tasks
-            .start(new, Some(tasks.inline_wait()), move |cancel, messages| {
+            .start(new, Some(tasks.inline_wait()), move |task| {
                 Box::pin(async move {
                     let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                    let cancel = task.cancelled();
+                    let asked: Arc<dyn Downstream> = Arc::new(TaskAsked {
+                        task: task.clone(),
+                        client,
+                    });
                     let caller = Caller {
                         live: Some(&live),
+                        downstream: Some(asked),
                         timeout: Some(timeout),
                         ..Caller::default()
                     };
@@ -154,7 +248,7 @@ impl GatewayHandler {
                             biased;
                             Some(update) = progress.recv() => {
                                 if let Some(message) = update.message {
-                                    let _ = messages.send(message);
+                                    task.say(message).await;
                                 }
                             }
                             result = &mut call => break result,
@@ -196,6 +290,26 @@ impl GatewayHandler {
             .await
             .map_err(task_error)?;
         Ok(detailed(&task, self))
+    }
+
+    /// `tasks/update`: the client's answers to what the task waits for.
+    pub(super) async fn answer(
+        &self,
+        task_id: &str,
+        responses: InputResponses,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = self.principal(&context.extensions)?;
+        self.service
+            .tasks()
+            .answer(
+                &principal.user,
+                Some(&principal.assistant),
+                task_id,
+                responses.into_iter().collect(),
+            )
+            .await
+            .map_err(task_error)
     }
 
     pub(super) async fn cancel(

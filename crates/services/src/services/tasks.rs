@@ -16,9 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::oneshot;
 use uuid::Uuid;
+
+pub use running::TaskHandle;
+use running::{Run, Shared, Snapshot};
 
 use crate::cluster::{Cluster, Note};
 use crate::config::TaskSettings;
@@ -26,6 +28,8 @@ use crate::domain::{AssistantId, InstanceId, TaskOrigin, TaskStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
 use crate::store::{Store, StoreError, StoredTask};
+
+mod running;
 
 /// The event a user's streams get whenever one of their tasks changes status.
 pub const TASK_UPDATED: &str = "task.updated";
@@ -55,8 +59,7 @@ fn error_object(code: i32, message: String, stable: &str) -> Value {
     json!({"code": code, "message": message, "data": {"code": stable}})
 }
 
-/// What a task's call is: a future given the task's cancellation and a sink for progress
-/// messages (which become the task's status message).
+/// What a task's call is.
 pub type TaskWork = Pin<Box<dyn Future<Output = TaskEnd> + Send>>;
 
 /// A task about to be started: whose it is and what it calls.
@@ -87,26 +90,7 @@ struct Inner {
     cluster: Cluster,
     settings: TaskSettings,
     /// The calls this instance runs, by task id.
-    running: Mutex<HashMap<Uuid, CancellationToken>>,
-}
-
-/// What the runner of one task's call holds.
-struct Run {
-    id: Uuid,
-    cancel: CancellationToken,
-    messages: mpsc::UnboundedReceiver<String>,
-    message: Arc<Mutex<StatusMessage>>,
-    /// The call's end, to a starter still waiting inline.
-    ended: oneshot::Sender<TaskEnd>,
-    /// Whether the starter stored the task.
-    stored: oneshot::Receiver<bool>,
-}
-
-/// The latest progress message of a call, and whether the row has it yet.
-#[derive(Default)]
-struct StatusMessage {
-    text: Option<String>,
-    written: bool,
+    running: Mutex<HashMap<Uuid, Arc<Shared>>>,
 }
 
 impl Tasks {
@@ -148,30 +132,37 @@ impl Tasks {
     /// Runs `work` as a task of `new.user`. With `inline`, a call that ends within that
     /// time is answered as it is and leaves no row; otherwise the task is stored (before
     /// this returns, so a `tasks/get` for it is answered at once) and the call goes on.
-    /// `work` gets the task's cancellation and a sink whose messages become its status
-    /// message.
+    /// `work` gets the task's handle: its cancellation, its status message, and the
+    /// questions it puts to the client (`input_required`).
     pub async fn start(
         &self,
         new: NewTask,
         inline: Option<Duration>,
-        work: impl FnOnce(CancellationToken, mpsc::UnboundedSender<String>) -> TaskWork,
+        work: impl FnOnce(TaskHandle) -> TaskWork,
     ) -> Result<Started> {
         let max = self.inner.settings.max_open_per_user;
         if self.inner.store.tasks().count_open(&new.user).await? >= max {
             return Err(Error::TooManyTasks(max));
         }
         let id = Uuid::new_v4();
-        let cancel = CancellationToken::new();
-        let (messages_tx, messages) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
         let (ended_tx, mut ended) = oneshot::channel::<TaskEnd>();
         let (stored_tx, stored) = oneshot::channel::<bool>();
-        let message = Arc::new(Mutex::new(StatusMessage::default()));
-        let call = work(cancel.clone(), messages_tx);
+        let handle = TaskHandle {
+            id,
+            shared: shared.clone(),
+            tasks: self.clone(),
+        };
+        let call = work(handle);
+        // Registered at once: a question asked before the row exists is answered here too.
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .insert(id, shared.clone());
         let run = Run {
             id,
-            cancel: cancel.clone(),
-            messages,
-            message: message.clone(),
+            shared: shared.clone(),
             ended: ended_tx,
             stored,
         };
@@ -195,32 +186,26 @@ impl Tasks {
                 return Ok(Started::Inline(end));
             }
             return self
-                .store_new(id, new, None, Some(end))
+                .store_new(id, new, Snapshot::default(), Some(end))
                 .await
                 .map(Started::Task);
         }
-        let status_message = {
-            let mut message = message.lock().expect("status message");
-            message.written = true;
-            message.text.clone()
+        // What the call said and asked so far goes into the row; later changes are
+        // written as they come (`TaskHandle`).
+        let _writing = shared.writing.lock().await;
+        let snapshot = {
+            let mut state = shared.state.lock().expect("task state");
+            state.stored = true;
+            state.snapshot()
         };
-        self.inner
-            .running
-            .lock()
-            .expect("running tasks")
-            .insert(id, cancel.clone());
-        match self.store_new(id, new, status_message, None).await {
+        match self.store_new(id, new, snapshot, None).await {
             Ok(task) => {
                 let _ = stored_tx.send(true);
                 Ok(Started::Task(task))
             }
             Err(error) => {
-                self.inner
-                    .running
-                    .lock()
-                    .expect("running tasks")
-                    .remove(&id);
-                cancel.cancel();
+                self.forget(id);
+                shared.cancel.cancel();
                 let _ = stored_tx.send(false);
                 Err(error)
             }
@@ -233,15 +218,20 @@ impl Tasks {
         &self,
         id: Uuid,
         new: NewTask,
-        status_message: Option<String>,
+        snapshot: Snapshot,
         end: Option<TaskEnd>,
     ) -> Result<StoredTask> {
         let now = crate::domain::now();
         let ttl = chrono::Duration::from_std(self.ttl()).unwrap_or(chrono::Duration::MAX);
-        let (status, result, error) = match end {
-            None => (TaskStatus::Working, None, None),
-            Some(TaskEnd::Completed(result)) => (TaskStatus::Completed, Some(result), None),
-            Some(TaskEnd::Failed(error)) => (TaskStatus::Failed, None, Some(error)),
+        let Snapshot {
+            status,
+            status_message,
+            input_requests,
+        } = snapshot;
+        let (status, result, error, input_requests) = match end {
+            None => (status, None, None, input_requests),
+            Some(TaskEnd::Completed(result)) => (TaskStatus::Completed, Some(result), None, None),
+            Some(TaskEnd::Failed(error)) => (TaskStatus::Failed, None, Some(error), None),
         };
         let task = StoredTask {
             id,
@@ -254,6 +244,7 @@ impl Tasks {
             status_message,
             result,
             error,
+            input_requests,
             instance_id: self.inner.cluster.me(),
             created_at: now,
             updated_at: now,
@@ -262,78 +253,6 @@ impl Tasks {
         self.inner.store.tasks().insert(&task).await?;
         self.announce(&task);
         Ok(task)
-    }
-
-    /// The call of a task, to its end: answered inline when the starter still waits,
-    /// else settled on the row once the row exists.
-    async fn run(self, run: Run, call: TaskWork) {
-        let Run {
-            id,
-            cancel,
-            mut messages,
-            message,
-            ended,
-            stored,
-        } = run;
-        tokio::pin!(call);
-        // The starter's word on the row: `Some(true)` stored, `Some(false)` not (answered
-        // inline, or the write failed and the call is cancelled).
-        let mut row: Option<bool> = None;
-        tokio::pin!(stored);
-        let mut last_write = tokio::time::Instant::now() - Duration::from_secs(1);
-        let end = loop {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => break None,
-                end = &mut call => break Some(end),
-                Some(text) = messages.recv() => {
-                    let write = {
-                        let mut current = message.lock().expect("status message");
-                        current.text = Some(text.clone());
-                        current.written && last_write.elapsed() >= Duration::from_secs(1)
-                    };
-                    if write {
-                        last_write = tokio::time::Instant::now();
-                        self.note_status_message(id, text).await;
-                    }
-                }
-                word = &mut stored, if row.is_none() => row = Some(word.unwrap_or(false)),
-            }
-        };
-        // Cancelled: whoever cancelled settled the row; dropping the call tells the server.
-        let Some(end) = end else {
-            self.forget(id);
-            return;
-        };
-        let Err(end) = ended.send(end) else {
-            return;
-        };
-        let row = match row {
-            Some(row) => row,
-            None => stored.await.unwrap_or(false),
-        };
-        if row {
-            self.settle(id, end).await;
-        }
-        self.forget(id);
-    }
-
-    fn forget(&self, id: Uuid) {
-        self.inner
-            .running
-            .lock()
-            .expect("running tasks")
-            .remove(&id);
-    }
-
-    async fn note_status_message(&self, id: Uuid, text: String) {
-        let tasks = self.inner.store.tasks();
-        if let Err(error) = tasks
-            .settle(id, TaskStatus::Working, Some(text), None, None)
-            .await
-        {
-            tracing::debug!(task = %id, %error, "a task's status message was not stored");
-        }
     }
 
     /// Writes a call's end on its task; a database outage is waited out (every second,
@@ -446,15 +365,34 @@ impl Tasks {
 
     /// Stops the call of a task this instance runs (its row is settled already).
     pub(crate) fn stop_here(&self, id: Uuid) {
-        if let Some(cancel) = self
-            .inner
-            .running
-            .lock()
-            .expect("running tasks")
-            .remove(&id)
-        {
-            cancel.cancel();
+        if let Some(shared) = self.forget(id) {
+            shared.cancel.cancel();
         }
+    }
+
+    /// Answers what task `id` waits for (`tasks/update`): keys it does not wait for are
+    /// ignored. A task another instance runs gets the answers there.
+    pub async fn answer(
+        &self,
+        user: &UserId,
+        assistant: Option<&AssistantId>,
+        id: &str,
+        responses: serde_json::Map<String, Value>,
+    ) -> Result<()> {
+        let task = self.get(user, assistant, id).await?;
+        if task.status.is_terminal() || responses.is_empty() {
+            return Ok(());
+        }
+        if task.instance_id == self.inner.cluster.me() {
+            self.answer_here(task.id, responses).await;
+        } else {
+            self.inner.cluster.tell(Note::AnswerTask {
+                to: task.instance_id,
+                task: task.id,
+                responses: Value::Object(responses),
+            });
+        }
+        Ok(())
     }
 
     /// Fails the open tasks of instances no longer live, and drops expired rows.

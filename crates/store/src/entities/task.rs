@@ -22,6 +22,9 @@ pub struct Model {
     pub result: Option<Json>,
     #[sea_orm(column_type = "JsonBinary", nullable)]
     pub error: Option<Json>,
+    /// While `input_required`: the requests the call waits on, by key.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub input_requests: Option<Json>,
     /// The instance running it; a task whose instance stopped is failed by the next sweep.
     pub instance_id: Uuid,
     pub created_at: DateTimeUtc,

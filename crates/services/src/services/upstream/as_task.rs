@@ -60,7 +60,7 @@ impl UpstreamService {
         // Kept as a row: cut by the rule results given to a model are cut by.
         let max_bytes = self.settings.limits.max_result_bytes;
         let started = tasks
-            .start(new, None, move |_cancel, messages| {
+            .start(new, None, move |handle| {
                 Box::pin(async move {
                     let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
                     let caller = Caller {
@@ -76,7 +76,7 @@ impl UpstreamService {
                             biased;
                             Some(update) = progress.recv() => {
                                 if let Some(message) = update.message {
-                                    let _ = messages.send(message);
+                                    handle.say(message).await;
                                 }
                             }
                             result = &mut call => break result,

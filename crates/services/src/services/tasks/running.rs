@@ -1,0 +1,273 @@
+//! A task's call while it runs on this instance: its state in memory (status message,
+//! what it waits for), written to the row as it changes once the row exists, and the
+//! runner that hands the call's end to the starter or the row.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{TaskEnd, TaskWork, Tasks};
+use crate::domain::TaskStatus;
+
+/// Status messages are written at most this often (progress may come much faster).
+const MESSAGE_EVERY: Duration = Duration::from_secs(1);
+
+/// What a running task's call and its readers share.
+#[derive(Default)]
+pub(super) struct Shared {
+    pub(super) cancel: CancellationToken,
+    pub(super) state: Mutex<State>,
+    /// Held while the row is written, so the last write carries the latest state.
+    pub(super) writing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// The row exists: changes are written to it.
+    pub(super) stored: bool,
+    message: Option<String>,
+    last_message_write: Option<tokio::time::Instant>,
+    /// What the call waits for, by key, and where each answer goes.
+    asked: BTreeMap<String, (Value, oneshot::Sender<Value>)>,
+    next_key: u64,
+}
+
+/// An open task's state as its row keeps it.
+pub(super) struct Snapshot {
+    pub(super) status: TaskStatus,
+    pub(super) status_message: Option<String>,
+    pub(super) input_requests: Option<Value>,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            status: TaskStatus::Working,
+            status_message: None,
+            input_requests: None,
+        }
+    }
+}
+
+impl State {
+    pub(super) fn snapshot(&self) -> Snapshot {
+        if self.asked.is_empty() {
+            return Snapshot {
+                status: TaskStatus::Working,
+                status_message: self.message.clone(),
+                input_requests: None,
+            };
+        }
+        let requests = self
+            .asked
+            .iter()
+            .map(|(key, (request, _))| (key.clone(), request.clone()))
+            .collect();
+        Snapshot {
+            status: TaskStatus::InputRequired,
+            status_message: self.message.clone(),
+            input_requests: Some(Value::Object(requests)),
+        }
+    }
+}
+
+/// What a task's call holds of its task.
+#[derive(Clone)]
+pub struct TaskHandle {
+    pub(super) id: Uuid,
+    pub(super) shared: Arc<Shared>,
+    pub(super) tasks: Tasks,
+}
+
+impl TaskHandle {
+    /// Cancelled when the task is (its call should stop).
+    pub fn cancelled(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// The call's latest word on what it is doing, as the task's status message.
+    pub async fn say(&self, message: String) {
+        let write = {
+            let mut state = self.shared.state.lock().expect("task state");
+            state.message = Some(message);
+            let due = state
+                .last_message_write
+                .is_none_or(|at| at.elapsed() >= MESSAGE_EVERY);
+            if state.stored && due {
+                state.last_message_write = Some(tokio::time::Instant::now());
+            }
+            state.stored && due
+        };
+        if write {
+            self.tasks.write_progress(self.id, &self.shared).await;
+        }
+    }
+
+    /// Puts `request` (an input request: `{method, params}`) to the client and waits for
+    /// its answer (`tasks/update`); the task is `input_required` meanwhile. `None` when the
+    /// task ended first.
+    pub async fn ask(&self, request: Value) -> Option<Value> {
+        let (reply, answered) = oneshot::channel();
+        {
+            let mut state = self.shared.state.lock().expect("task state");
+            state.next_key += 1;
+            let key = format!("input-{}", state.next_key);
+            state.asked.insert(key, (request, reply));
+        }
+        self.tasks.write_progress(self.id, &self.shared).await;
+        tokio::select! {
+            answer = answered => answer.ok(),
+            () = self.shared.cancel.cancelled() => None,
+        }
+    }
+}
+
+/// What the runner of one task's call holds.
+pub(super) struct Run {
+    pub(super) id: Uuid,
+    pub(super) shared: Arc<Shared>,
+    /// The call's end, to a starter still waiting inline.
+    pub(super) ended: oneshot::Sender<TaskEnd>,
+    /// Whether the starter stored the task.
+    pub(super) stored: oneshot::Receiver<bool>,
+}
+
+impl Tasks {
+    /// Writes what an open task is doing, if its row exists yet.
+    pub(super) async fn write_progress(&self, id: Uuid, shared: &Shared) {
+        let _writing = shared.writing.lock().await;
+        let snapshot = {
+            let state = shared.state.lock().expect("task state");
+            if !state.stored {
+                return;
+            }
+            state.snapshot()
+        };
+        let written = self
+            .inner
+            .store
+            .tasks()
+            .progress(
+                id,
+                snapshot.status,
+                snapshot.status_message,
+                snapshot.input_requests,
+            )
+            .await;
+        match written {
+            Ok(true) => {
+                if let Ok(Some(task)) = self.inner.store.tasks().get(id).await {
+                    self.announce(&task);
+                }
+            }
+            Ok(false) => {}
+            Err(error) => tracing::warn!(task = %id, %error, "a task's progress was not stored"),
+        }
+    }
+
+    /// Hands answers to the questions of a task this instance runs.
+    pub(crate) async fn answer_here(&self, id: Uuid, responses: serde_json::Map<String, Value>) {
+        let Some(shared) = self.running(id) else {
+            return;
+        };
+        let answered: Vec<_> = {
+            let mut state = shared.state.lock().expect("task state");
+            responses
+                .into_iter()
+                .filter_map(|(key, answer)| {
+                    state.asked.remove(&key).map(|(_, reply)| (reply, answer))
+                })
+                .collect()
+        };
+        if answered.is_empty() {
+            return;
+        }
+        // The row first: a `tasks/get` after the acknowledgement no longer lists them.
+        self.write_progress(id, &shared).await;
+        for (reply, answer) in answered {
+            let _ = reply.send(answer);
+        }
+    }
+
+    fn running(&self, id: Uuid) -> Option<Arc<Shared>> {
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .get(&id)
+            .cloned()
+    }
+
+    pub(super) fn forget(&self, id: Uuid) -> Option<Arc<Shared>> {
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .remove(&id)
+    }
+
+    /// The call of a task, to its end: answered inline when the starter still waits,
+    /// else settled on the row once the row exists.
+    pub(super) async fn run(self, run: Run, call: TaskWork) {
+        let Run {
+            id,
+            shared,
+            ended,
+            stored,
+        } = run;
+        let end = tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => None,
+            end = call => Some(end),
+        };
+        // Cancelled: whoever cancelled settled the row; dropping the call tells the server.
+        let Some(end) = end else {
+            self.forget(id);
+            return;
+        };
+        if let Err(end) = ended.send(end)
+            && stored.await.unwrap_or(false)
+        {
+            self.settle(id, end).await;
+        }
+        self.forget(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_waiting_for_answers_is_input_required_until_the_last_comes() {
+        let mut state = State::default();
+        assert_eq!(state.snapshot().status, TaskStatus::Working);
+        let (one, _a) = oneshot::channel();
+        let (two, _b) = oneshot::channel();
+        state.asked.insert(
+            "input-1".into(),
+            (serde_json::json!({"method": "elicitation/create"}), one),
+        );
+        state.asked.insert(
+            "input-2".into(),
+            (serde_json::json!({"method": "sampling/createMessage"}), two),
+        );
+        let snapshot = state.snapshot();
+        assert_eq!(snapshot.status, TaskStatus::InputRequired);
+        assert_eq!(
+            snapshot.input_requests.unwrap().as_object().unwrap().len(),
+            2
+        );
+        state.asked.remove("input-1");
+        assert_eq!(state.asked.len(), 1);
+        assert_eq!(state.snapshot().status, TaskStatus::InputRequired);
+        state.asked.remove("input-2");
+        assert_eq!(state.snapshot().status, TaskStatus::Working);
+        assert!(state.snapshot().input_requests.is_none());
+    }
+}
