@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::app::Services;
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, TaskOrigin, UserId};
 use crate::error::Error;
 use crate::security::bearer_token;
 use crate::services::{ModelToolCall, Principal};
@@ -117,6 +117,26 @@ fn record(record: &crate::domain::ToolCallRecord) -> proto::ToolCallRecord {
     }
 }
 
+fn task_view(task: &crate::store::StoredTask, poll_interval: std::time::Duration) -> proto::Task {
+    let json = |value: &Option<Value>| value.as_ref().map(json_text).unwrap_or_default();
+    proto::Task {
+        task_id: task.id.to_string(),
+        status: task.status.as_str().to_owned(),
+        status_message: task.status_message.clone().unwrap_or_default(),
+        server_name: task.server_name.clone(),
+        tool_name: task.tool_name.clone(),
+        origin: task.origin.as_str().to_owned(),
+        created_at: task.created_at.to_rfc3339(),
+        last_updated_at: task.updated_at.to_rfc3339(),
+        ttl_ms: (task.expires_at - task.created_at)
+            .num_milliseconds()
+            .max(0) as u64,
+        poll_interval_ms: poll_interval.as_millis() as u64,
+        result_json: json(&task.result),
+        error_json: json(&task.error),
+    }
+}
+
 /// One tool of a server, under the name the caller uses for it.
 fn tool_view(
     server: &crate::domain::McpServer,
@@ -215,6 +235,28 @@ impl McpPool for GrpcApi {
         let user = self.user(&request).await?;
         let call = request.into_inner();
         let arguments = arguments(&call.arguments_json)?;
+        if call.message_id.is_empty() && call.as_task {
+            let tasks = &self.services.tasks;
+            let task = self
+                .services
+                .upstream
+                .call_tool_as_task(
+                    tasks,
+                    &user,
+                    &call.server_id,
+                    &call.tool_name,
+                    arguments,
+                    TaskOrigin::Grpc,
+                )
+                .await
+                .map_err(|e| status::from_error(&e))?;
+            return Ok(Response::new(proto::CallToolResponse {
+                success: true,
+                result_json: String::new(),
+                record: None,
+                task: Some(task_view(&task, tasks.poll_interval())),
+            }));
+        }
         if call.message_id.is_empty() {
             let report = self
                 .services
@@ -227,6 +269,7 @@ impl McpPool for GrpcApi {
                 success: !result.is_error.unwrap_or(false),
                 result_json: serde_json::to_string(result).unwrap_or_default(),
                 record: None,
+                task: None,
             }));
         }
         let assistant = AssistantId::parse(&call.assistant_id).map_err(|_| {
@@ -258,7 +301,34 @@ impl McpPool for GrpcApi {
             success: submitted.as_ref().is_some_and(|r| !r.is_error),
             result_json: String::new(),
             record: submitted,
+            task: None,
         }))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<proto::GetTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let user = self.user(&request).await?;
+        let tasks = &self.services.tasks;
+        let task = tasks
+            .get(&user, None, &request.into_inner().task_id)
+            .await
+            .map_err(|e| status::from_error(&e))?;
+        Ok(Response::new(task_view(&task, tasks.poll_interval())))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<proto::CancelTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let user = self.user(&request).await?;
+        let tasks = &self.services.tasks;
+        let task = tasks
+            .cancel(&user, None, &request.into_inner().task_id)
+            .await
+            .map_err(|e| status::from_error(&e))?;
+        Ok(Response::new(task_view(&task, tasks.poll_interval())))
     }
 
     type StreamToolCallUpdatesStream = UpdateStream;

@@ -439,3 +439,94 @@ async fn a_servers_sampling_request_is_decided_over_grpc() {
     let result = called.unwrap().into_inner().result_json;
     assert!(result.contains("Decided over gRPC."), "{result}");
 }
+
+/// `as_task` starts the call as a task (as `Prefer: respond-async` does); GetTask follows it
+/// and CancelTask stops one, with the REST API's codes.
+#[tokio::test]
+async fn a_call_runs_as_a_task_that_get_task_follows_and_cancel_task_stops() {
+    use mcp_pool::grpc::proto::{CancelTaskRequest, GetTaskRequest};
+    let app = spawn_pool_app().await;
+    let server = setup(&app).await;
+    let mut grpc = client(&app).await;
+    let started = grpc
+        .call_tool(as_user(
+            &app,
+            "u",
+            CallToolRequest {
+                server_id: server.clone(),
+                tool_name: "slow".into(),
+                arguments_json: r#"{"ms": 300}"#.into(),
+                as_task: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let task = started.task.expect("a task");
+    assert_eq!(task.status, "working");
+    assert_eq!(task.origin, "grpc");
+    let mut done = task.clone();
+    for _ in 0..200 {
+        done = grpc
+            .get_task(as_user(
+                &app,
+                "u",
+                GetTaskRequest {
+                    task_id: task.task_id.clone(),
+                },
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        if done.status != "working" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(done.status, "completed", "{done:?}");
+    let result: Value = serde_json::from_str(&done.result_json).unwrap();
+    assert_eq!(result["content"][0]["text"], "slept 300 ms");
+
+    let long = grpc
+        .call_tool(as_user(
+            &app,
+            "u",
+            CallToolRequest {
+                server_id: server,
+                tool_name: "slow".into(),
+                arguments_json: r#"{"ms": 30000}"#.into(),
+                as_task: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .task
+        .unwrap();
+    let cancelled = grpc
+        .cancel_task(as_user(
+            &app,
+            "u",
+            CancelTaskRequest {
+                task_id: long.task_id.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status, "cancelled");
+    let missing = grpc
+        .get_task(as_user(
+            &app,
+            "mallory",
+            GetTaskRequest {
+                task_id: long.task_id,
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    assert_eq!(error_code(&missing), "TASK_NOT_FOUND");
+}
