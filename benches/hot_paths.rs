@@ -135,6 +135,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
             auth: None,
             roots: Vec::new(),
             owner: None,
+            revision: Default::default(),
         },
         call_timeout: Duration::from_secs(5),
     })

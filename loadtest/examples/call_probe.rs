@@ -46,6 +46,7 @@ async fn main() {
         auth: None,
         roots: Vec::new(),
         owner: None,
+        revision: Default::default(),
     };
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let pooled = Arc::new(connect(&spec, tx).await.unwrap());

@@ -37,6 +37,10 @@ pub struct ConnectionView {
     /// whose `sessionScope` is `conversation`); absent for the user's shared one.
     #[serde(skip_serializing_if = "Option::is_none")]
     scope: Option<String>,
+    /// A second session in 2025-11-25 beside the newest one of a server that speaks both,
+    /// for gateway clients of that revision; absent for the others.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    older_clients: bool,
     transport: &'static str,
     /// `disconnected`, `connecting`, `connected`, `error` or `auth_required`.
     state: &'static str,
@@ -56,6 +60,7 @@ impl From<ConnectionInfo> for ConnectionView {
             server_id: info.key.server.to_string(),
             server_name: info.server_name,
             scope: info.key.scope.as_deref().map(str::to_owned),
+            older_clients: info.key.revision == crate::mcp::SessionRevision::Initialize,
             transport: info.transport,
             state: status.state.as_str(),
             connected_at: status.connected_at,

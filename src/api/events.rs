@@ -78,6 +78,7 @@ async fn admin_stream(
                                     "userId": key.user.as_str(),
                                     "serverId": key.server.to_string(),
                                     "scope": key.scope.as_deref(),
+                                    "olderClients": key.revision == crate::mcp::SessionRevision::Initialize,
                                 }),
                             ),
                         }

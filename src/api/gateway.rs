@@ -178,6 +178,7 @@ async fn settings_view(
         user: user.clone(),
         assistant: assistant.clone(),
         channel: crate::services::GatewayChannel::Mcp,
+        older_client: false,
     };
     let tools = state.services.gateway.tools(&principal).await?;
     Ok(json!({

@@ -16,6 +16,14 @@ async fn the_gateway_passes_what_the_server_alone_passes_in_2026_07_28() {
     run_server_scenarios("2026-07-28").await;
 }
 
+/// The 0.2.0 line's scenarios of 2025-11-25 against the same everything-server, which
+/// speaks both revisions (`SPEC=2025-11-25`): a 2025-11-25 client through the gateway gets
+/// what that server shows its revision, although the pool speaks 2026-07-28 to it.
+#[tokio::test]
+async fn the_gateway_passes_what_the_server_alone_passes_to_2025_11_25_clients() {
+    run_server_scenarios("2025-11-25").await;
+}
+
 /// The suite's `tasks-*` scenarios (the tasks extension) against the gateway's own task
 /// runner in front of the stdio fixture (`tests/conformance/tasks.sh`): every scenario
 /// `tasks-must-pass.txt` lists passes.

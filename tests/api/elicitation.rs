@@ -398,3 +398,68 @@ async fn a_2026_07_28_client_answers_a_servers_question_in_rounds() {
         "{said}"
     );
 }
+
+/// A server of both revisions shows a 2025-11-25 client what it keeps from 2026-07-28
+/// ones (here a tool that asks by server-to-client request): through the gateway such a
+/// client gets it too, and its question, although the pool speaks 2026-07-28 to the server
+/// on its own account.
+#[tokio::test]
+async fn a_2025_11_25_client_gets_what_a_server_of_both_revisions_shows_its_revision() {
+    let app = spawn_pool_app().await;
+    let upstream = HttpUpstream::fixture_with(&[]).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "baseUrl": format!("{}/mcp", upstream.base), "autoApproveTools": ["ask_session", "echo"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let token = app.gateway_token("u", "a1").await;
+    // The pool's own session is the newest revision.
+    let connected = app.connect("u", &server).await;
+    assert_eq!(
+        connected.body["protocolVersion"], "2026-07-28",
+        "{}",
+        connected.text
+    );
+
+    let client = Answering {
+        answer: "from 2025",
+    }
+    .serve(StreamableHttpClientTransport::from_config(
+        app.gateway_client_config("a1", &token),
+    ))
+    .await
+    .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(
+        tools.iter().any(|t| t.name == "fx__ask_session"),
+        "{:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    let mut params = CallToolRequestParams::new("fx__ask_session");
+    params.arguments = Some(Default::default());
+    let asked = client.call_tool(params).await.unwrap();
+    assert_eq!(
+        asked.content[0].as_text().unwrap().text,
+        "answered: from 2025",
+        "{asked:?}"
+    );
+    // A 2026-07-28 client is shown what the server shows its revision.
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let modern = RoundAnswering
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(app.gateway_client_config("a1", &token)),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let tools = modern.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "fx__echo"));
+    assert!(
+        !tools.iter().any(|t| t.name == "fx__ask_session"),
+        "{tools:?}"
+    );
+}

@@ -7,6 +7,9 @@
 #   SPEC=2026-07-28: the suite's 0.2.0 line (conformance-next in package.json) with
 #     --requirements 2026-07-28 (the scenarios that revision requires), against
 #     everything-server-next/ (the conformance repository's own, see README.md here).
+#   SPEC=2025-11-25: the 0.2.0 line's scenarios of 2025-11-25 (--spec-version) against the
+#     same server, which speaks both revisions: a 2025-11-25 client through the gateway
+#     must get what that server shows its revision.
 # The CLI cannot send an Authorization header, so a loopback shim (shim.mjs) adds the
 # gateway token. Prints the table; with STRICT=1 (the integration tests in
 # tests/api/conformance.rs) exits 1 when the gateway fails a scenario the server alone
@@ -34,7 +37,13 @@ case ${SPEC:-2025} in
     suite_cli=(node "$here/node_modules/conformance-next/dist/index.js")
     selection=(--requirements 2026-07-28)
     single=(--spec-version 2026-07-28) ;;
-  *) echo "SPEC is 2025 or 2026-07-28, not $SPEC" >&2; exit 2 ;;
+  2025-11-25)
+    SPEC_NAME=2025-11-25
+    server_dir=everything-server-next
+    suite_cli=(node "$here/node_modules/conformance-next/dist/index.js")
+    selection=(--spec-version 2025-11-25)
+    single=(--spec-version 2025-11-25) ;;
+  *) echo "SPEC is 2025, 2025-11-25 or 2026-07-28, not $SPEC" >&2; exit 2 ;;
 esac
 
 server_port=$(free_port)

@@ -83,6 +83,16 @@ const REMOVED_IN_2026_07_28: [&str; 4] = [
     "resources/unsubscribe",
 ];
 
+/// Whether an HTTP request comes from a client of 2025-11-25 or older: one that names no
+/// revision (its `initialize`, or a client before 2025-06-18) or one with `initialize`.
+fn speaks_older(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| serde_json::from_value::<ProtocolVersion>(json!(value)).ok())
+        .is_none_or(|version| version.has_initialize())
+}
+
 fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
@@ -151,11 +161,13 @@ impl GatewayHandler {
         if let Some(principal) = &self.fixed {
             return Ok(principal.clone());
         }
-        extensions
-            .get::<http::request::Parts>()
+        let parts = extensions.get::<http::request::Parts>();
+        let mut principal = parts
             .and_then(|parts| parts.extensions.get::<GatewayPrincipal>())
             .cloned()
-            .ok_or_else(|| ErrorData::invalid_request("not authenticated", None))
+            .ok_or_else(|| ErrorData::invalid_request("not authenticated", None))?;
+        principal.older_client = parts.is_some_and(|parts| speaks_older(&parts.headers));
+        Ok(principal)
     }
 }
 

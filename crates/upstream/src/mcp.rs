@@ -17,7 +17,7 @@ pub(crate) mod stdio;
 mod url_free;
 
 pub use client::{CallOutcome, CallPeers, McpClient, Progress, RelayedRound, ServerFeatures};
-pub use connect::{UpstreamSpec, UpstreamTransport, connect};
+pub use connect::{SessionRevision, UpstreamSpec, UpstreamTransport, connect};
 pub use handler::UpstreamEvents;
 pub use http::{LeasedClient, UpstreamHttp};
 

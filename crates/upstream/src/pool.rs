@@ -55,6 +55,9 @@ pub struct ConnectionKey {
     /// The conversation or gateway session that has a session of its own (servers whose
     /// `sessionScope` is `conversation`); `None` for the user's shared session.
     pub scope: Option<Arc<str>>,
+    /// A second session in 2025-11-25 beside the newest one of a server that speaks both,
+    /// for clients of that revision.
+    pub revision: crate::mcp::SessionRevision,
 }
 
 impl ConnectionKey {
@@ -64,6 +67,7 @@ impl ConnectionKey {
             user,
             server,
             scope: None,
+            revision: crate::mcp::SessionRevision::Newest,
         }
     }
 }
@@ -75,6 +79,19 @@ pub struct ServerRuntime {
     pub upstream: UpstreamSpec,
     /// Per-request timeout (the server's own, else the configured default).
     pub call_timeout: Duration,
+}
+
+impl ServerRuntime {
+    /// The same server, opened in `revision`.
+    pub fn in_revision(&self, revision: crate::mcp::SessionRevision) -> Arc<ServerRuntime> {
+        let mut upstream = self.upstream.clone();
+        upstream.revision = revision;
+        Arc::new(ServerRuntime {
+            server: self.server.clone(),
+            upstream,
+            call_timeout: self.call_timeout,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

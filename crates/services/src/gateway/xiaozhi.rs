@@ -310,6 +310,8 @@ impl XiaozhiBridges {
                     user: bridge.user_id.clone(),
                     assistant: bridge.assistant_id.clone(),
                     channel: GatewayChannel::Xiaozhi,
+                    // Xiaozhi devices speak 2024-11-05.
+                    older_client: true,
                 }),
                 self.settings.xiaozhi.max_result_bytes,
             ),

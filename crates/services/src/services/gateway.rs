@@ -37,6 +37,9 @@ pub struct GatewayPrincipal {
     pub user: UserId,
     pub assistant: AssistantId,
     pub channel: GatewayChannel,
+    /// The client speaks 2025-11-25 or older: a server that also speaks 2026-07-28 is
+    /// spoken to in the client's revision, on a session of its own.
+    pub older_client: bool,
 }
 
 /// How a gateway session reached the service: its tool names take that door's separator.
@@ -54,6 +57,8 @@ pub struct GatewayService {
     store: Store,
     settings: Arc<Settings>,
     upstream: UpstreamService,
+    /// `upstream` for clients of 2025-11-25 and older.
+    older_upstream: UpstreamService,
     confirmations: Confirmations,
     /// A deleted token is forgotten at once on this instance.
     tokens: TokenAuthenticator<GatewayPrincipal>,
@@ -83,6 +88,7 @@ impl GatewayService {
             tokens: TokenAuthenticator::new(&settings, "the gateway token is not valid"),
             store,
             settings,
+            older_upstream: upstream.for_older_clients(),
             upstream,
             confirmations,
             bindings,
@@ -167,6 +173,7 @@ impl GatewayService {
                         user: token.user_id,
                         assistant: token.assistant_id,
                         channel: GatewayChannel::Mcp,
+                        older_client: false,
                     }))
             })
             .await
@@ -176,7 +183,7 @@ impl GatewayService {
     /// nothing it was built from changed (a lookup per bound server), else a new one.
     pub async fn tools(&self, principal: &GatewayPrincipal) -> Result<Arc<GatewayTools>> {
         let catalogs = self
-            .upstream
+            .upstream_for(principal)
             .assistant_catalogs(&principal.user, &principal.assistant)
             .await?;
         let mode = self.prefix_mode(principal).await?;
@@ -207,6 +214,16 @@ impl GatewayService {
                 .await;
         }
         Ok(tools)
+    }
+
+    /// The upstream service for the principal's client's revision (see
+    /// `UpstreamService::for_older_clients`).
+    fn upstream_for(&self, principal: &GatewayPrincipal) -> &UpstreamService {
+        if principal.older_client {
+            &self.older_upstream
+        } else {
+            &self.upstream
+        }
     }
 
     pub fn tasks(&self) -> &super::Tasks {
@@ -255,7 +272,7 @@ impl GatewayService {
         let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
         if spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name) {
             let server_id = tool.server.server.id.to_string();
-            let call = self.upstream.call_tool_reporting(
+            let call = self.upstream_for(principal).call_tool_reporting(
                 &principal.user,
                 &server_id,
                 &tool.tool.name,

@@ -16,7 +16,7 @@ use super::global_servers::GlobalServers;
 use crate::config::Settings;
 use crate::domain::{SessionScope, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::mcp::CallOutcome;
+use crate::mcp::{CallOutcome, SessionRevision};
 use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
 use crate::store::Store;
 
@@ -75,6 +75,8 @@ pub struct UpstreamService {
     oauth: super::OAuthService,
     /// Where a server's questions during a call without a gateway client go: its user.
     elicitations: super::elicitations::Elicitations,
+    /// The revision its callers speak to servers of both (see `for_older_clients`).
+    revision: SessionRevision,
 }
 
 impl UpstreamService {
@@ -102,6 +104,18 @@ impl UpstreamService {
             rate_limits,
             oauth,
             elicitations,
+            revision: SessionRevision::Newest,
+        }
+    }
+
+    /// The same service for callers on behalf of clients of 2025-11-25 and older (gateway
+    /// clients): a server that offers 2026-07-28 too is spoken to in 2025-11-25 on a
+    /// session of its own, since it shows such clients what it keeps from 2026-07-28 ones
+    /// (tools that ask by server-to-client request, resource subscriptions).
+    pub(crate) fn for_older_clients(&self) -> Self {
+        Self {
+            revision: SessionRevision::Initialize,
+            ..self.clone()
         }
     }
 
@@ -120,7 +134,24 @@ impl UpstreamService {
     /// A lease for a call of conversation or gateway session `scope`: a server whose
     /// `sessionScope` is `conversation` has a session per scope, others the user's one.
     async fn lease_in(&self, user: &UserId, server_id: &str, scope: Option<&str>) -> Result<Lease> {
-        match self.lease_unexplained(user, server_id, scope).await {
+        let lease = match self.lease_unexplained(user, server_id, scope).await {
+            Ok(lease) => lease,
+            Err(error) => return Err(Box::pin(self.explained(user, server_id, error)).await),
+        };
+        if self.revision == SessionRevision::Newest || !lease.client.speaks_modern() {
+            return Ok(lease);
+        }
+        // The server speaks 2026-07-28: a session of the caller's revision beside it.
+        let key = ConnectionKey {
+            revision: self.revision,
+            ..lease.key.clone()
+        };
+        let runtime = lease.runtime.in_revision(self.revision);
+        match self
+            .pool
+            .lease(&key, || async { Ok::<_, Error>(runtime) })
+            .await
+        {
             Ok(lease) => Ok(lease),
             Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
         }

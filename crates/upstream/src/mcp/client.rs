@@ -466,7 +466,7 @@ impl McpClient {
     }
 
     /// The session speaks a revision without `initialize` (2026-07-28 and later).
-    fn speaks_modern(&self) -> bool {
+    pub fn speaks_modern(&self) -> bool {
         self.service
             .peer()
             .peer_info()

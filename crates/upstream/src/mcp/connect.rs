@@ -68,6 +68,20 @@ impl std::fmt::Debug for UpstreamTransport {
     }
 }
 
+/// Which revision a streamable-HTTP session is opened in (other transports open with
+/// `initialize` either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SessionRevision {
+    /// The newest the server offers: `server/discover` first, `initialize` where the server
+    /// does not know it.
+    #[default]
+    Newest,
+    /// `initialize` (2025-11-25) where the server offers it, for clients of that revision:
+    /// a server of both revisions shows them what it does not show 2026-07-28 clients
+    /// (tools that ask by server-to-client request, resource subscriptions).
+    Initialize,
+}
+
 /// Everything needed to open one upstream session.
 #[derive(Clone, Debug)]
 pub struct UpstreamSpec {
@@ -90,6 +104,7 @@ pub struct UpstreamSpec {
     /// Asked what the server asks outside any one call: the connection's user (`None`
     /// for a global server, shared by every user).
     pub owner: Option<std::sync::Arc<dyn super::downstream::Downstream>>,
+    pub revision: SessionRevision,
 }
 
 impl std::fmt::Debug for dyn super::downstream::Downstream {
@@ -174,23 +189,28 @@ pub async fn connect(
                 // Both attempts on one client: a second lease could open a connection of
                 // its own for what is one session.
                 let client = spec.http.lease(url.expose());
-                let first = (client.clone(), newest_first());
+                let (first, fallback) = match spec.revision {
+                    SessionRevision::Newest => (newest_first(), ClientLifecycleMode::Initialize),
+                    SessionRevision::Initialize => (ClientLifecycleMode::Initialize, newest_only()),
+                };
+                let first = (client.clone(), first);
                 let served = serve_http(spec, url, headers, handler, manager, slots, first)
                     .instrument(session.clone())
                     .await?;
                 let served = match served {
                     // Servers of older revisions refuse the probe in every way (an HTTP 400
                     // or 404 without a JSON-RPC answer, an error without the request's id,
-                    // a closed stream); only a refusal for want of authorization is final.
+                    // a closed stream), servers of 2026-07-28 alone refuse `initialize`;
+                    // only a refusal for want of authorization is final.
                     Err(_) if !challenges.is_set() => {
-                        tracing::info!(upstream = %spec.label, "the server refuses server/discover: opening it with initialize");
+                        tracing::info!(upstream = %spec.label, first = ?spec.revision, "the server refuses the first handshake: trying the other");
                         let manager = match &spec.auth {
                             Some(auth) => auth.manager().await?,
                             None => None,
                         };
                         // What failed before belongs to the first attempt.
                         failures.take();
-                        let second = (client, ClientLifecycleMode::Initialize);
+                        let second = (client, fallback);
                         serve_http(spec, url, headers, new_handler(), manager, slots, second)
                             .instrument(session.clone())
                             .await?
@@ -304,6 +324,13 @@ fn newest_first() -> ClientLifecycleMode {
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
+/// `server/discover` with 2026-07-28, for a server that refused `initialize`.
+fn newest_only() -> ClientLifecycleMode {
+    ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     }
 }
 

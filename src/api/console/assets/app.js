@@ -302,7 +302,8 @@ function Overview() {
 // ---------------------------------------------------------------- connections
 
 const STATES = ['connected', 'connecting', 'disconnected', 'error', 'auth_required'];
-const connectionKey = (c) => `${c.userId}\u0000${c.serverId}\u0000${c.scope || ''}`;
+const connectionKey = (c) =>
+  `${c.userId}\u0000${c.serverId}\u0000${c.scope || ''}\u0000${c.olderClients ? 'older' : ''}`;
 
 function Connections() {
   const [rows, setRows] = useState(new Map());
@@ -360,7 +361,8 @@ function Connections() {
           data-server=${c.serverId} data-state=${c.state}>
         <td>${c.userId}</td>
         <td><span>${c.serverName}</span><div class="muted mono">${c.serverId}</div>
-          ${c.scope ? html`<div class="muted">scope ${c.scope}</div>` : null}</td>
+          ${c.scope ? html`<div class="muted">scope ${c.scope}</div>` : null}
+          ${c.olderClients ? html`<div class="muted">2025-11-25 session, for older gateway clients</div>` : null}</td>
         <td class="hide-narrow">${c.transport}</td>
         <td><${StateBadge} state=${c.state} /></td>
         <td class="hide-narrow">${c.serverInfo ? `${c.serverInfo.name} ${c.serverInfo.version || ''}` : '—'}</td>

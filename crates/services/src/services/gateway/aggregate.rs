@@ -39,7 +39,7 @@ impl GatewayService {
         let mut all = ServerFeatures::default();
         for (id, _) in self.servers(principal).await? {
             if let Ok(one) = self
-                .upstream
+                .upstream_for(principal)
                 .features(&principal.user, &id.to_string())
                 .await
             {
@@ -71,7 +71,7 @@ impl GatewayService {
         id: &str,
         has: impl Fn(&ServerFeatures) -> bool,
     ) -> bool {
-        self.upstream
+        self.upstream_for(principal)
             .features(&principal.user, id)
             .await
             .is_ok_and(|f| has(&f))
@@ -112,7 +112,7 @@ impl GatewayService {
                 continue;
             }
             match self
-                .upstream
+                .upstream_for(principal)
                 .complete(&principal.user, &id, params.clone())
                 .await
             {
@@ -135,7 +135,7 @@ impl GatewayService {
         let mut templates = Vec::new();
         for (id, _) in self.servers(principal).await? {
             if let Ok(catalog) = self
-                .upstream
+                .upstream_for(principal)
                 .resources(&principal.user, &id.to_string())
                 .await
             {
@@ -158,18 +158,21 @@ impl GatewayService {
         for (id, _) in &servers {
             let id = id.to_string();
             let listed = self
-                .upstream
+                .upstream_for(principal)
                 .resources(&principal.user, &id)
                 .await
                 .map(|c| c.resources.iter().any(|r| r.uri == uri))
                 .unwrap_or(false);
             if listed {
-                return self.upstream.read_resource(&principal.user, &id, uri).await;
+                return self
+                    .upstream_for(principal)
+                    .read_resource(&principal.user, &id, uri)
+                    .await;
             }
         }
         for (id, _) in &servers {
             match self
-                .upstream
+                .upstream_for(principal)
                 .read_resource(&principal.user, &id.to_string(), uri)
                 .await
             {
@@ -189,7 +192,7 @@ impl GatewayService {
         let mut listed = Vec::new();
         for (id, server) in self.servers(principal).await? {
             if let Ok(prompts) = self
-                .upstream
+                .upstream_for(principal)
                 .prompts(&principal.user, &id.to_string())
                 .await
             {
@@ -241,12 +244,12 @@ impl GatewayService {
         let (user, server) = (&principal.user, id.to_string());
         match relayed {
             Some(round) => {
-                self.upstream
+                self.upstream_for(principal)
                     .get_prompt_relayed(user, &server, (&prompt.name, arguments), round)
                     .await
             }
             None => self
-                .upstream
+                .upstream_for(principal)
                 .get_prompt(user, &server, &prompt.name, arguments)
                 .await
                 .map(Into::into),

@@ -18,7 +18,7 @@ impl GatewayService {
             let id = id.to_string();
             if self.offers(principal, &id, |f| f.logging).await
                 && let Err(error) = self
-                    .upstream
+                    .upstream_for(principal)
                     .set_log_level(&principal.user, &id, level)
                     .await
             {
@@ -44,7 +44,7 @@ impl GatewayService {
                 continue;
             }
             match self
-                .upstream
+                .upstream_for(principal)
                 .subscription(&principal.user, &id, uri, subscribe)
                 .await
             {

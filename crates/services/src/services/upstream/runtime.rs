@@ -109,6 +109,7 @@ impl UpstreamService {
                 },
                 roots: server.spec.roots.clone(),
                 owner: (!global).then(|| self.elicitations.for_user(&server)),
+                revision: Default::default(),
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,
