@@ -72,15 +72,7 @@ async fn admin_stream(
                                 "connection",
                                 &super::connections::ConnectionView::from(info),
                             ),
-                            None => json_event(
-                                "connection.removed",
-                                &serde_json::json!({
-                                    "userId": key.user.as_str(),
-                                    "serverId": key.server.to_string(),
-                                    "scope": key.scope.as_deref(),
-                                    "olderClients": key.revision == crate::mcp::SessionRevision::Initialize,
-                                }),
-                            ),
+                            None => json_event("connection.removed", &removed(&key)),
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(skipped)) => Event::default()
@@ -148,4 +140,18 @@ async fn stream(
     });
     let heartbeat = Duration::from_secs(state.settings.events.heartbeat_secs);
     Sse::new(replay.chain(live)).keep_alive(KeepAlive::new().interval(heartbeat))
+}
+
+/// A connection that ended, named as its `connection` rows are (`olderClients` only for
+/// the 2025-11-25 session kept for older gateway clients).
+fn removed(key: &crate::pool::ConnectionKey) -> serde_json::Value {
+    let mut removed = serde_json::json!({
+        "userId": key.user.as_str(),
+        "serverId": key.server.to_string(),
+        "scope": key.scope.as_deref(),
+    });
+    if key.revision == crate::mcp::SessionRevision::Initialize {
+        removed["olderClients"] = serde_json::Value::Bool(true);
+    }
+    removed
 }

@@ -4,7 +4,7 @@
 //! `GET /api/events`.
 
 use axum::Json as JsonResponse;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::UserContext;
 use super::error::ApiError;
-use super::extract::Path;
+use super::extract::{Path, Query};
 use crate::domain::TaskStatus;
 use crate::error::Error;
 use crate::services::tasks::task_json;
@@ -28,9 +28,11 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     /// At most this many, newest first (1 to 500; 100 when left out).
-    limit: Option<u64>,
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
 }
 
 /// The user's tasks that have not expired, newest first: `{tasks: [task…]}`.
@@ -46,7 +48,7 @@ async fn list(
         return Err(Error::validation("limit must be 1 to 500").into());
     }
     let tasks = &state.services.tasks;
-    let listed = tasks.list(&ctx.user, limit).await?;
+    let listed = tasks.list(&ctx.user, limit.into()).await?;
     let poll = tasks.poll_interval();
     Ok(JsonResponse(json!({
         "tasks": listed.iter().map(|task| task_json(task, poll)).collect::<Vec<_>>(),
