@@ -76,7 +76,7 @@ pub struct NewTask {
 pub enum Started {
     /// The call finished within the inline wait; no task was made.
     Inline(TaskEnd),
-    Task(StoredTask),
+    Task(Box<StoredTask>),
 }
 
 #[derive(Clone)]
@@ -188,7 +188,7 @@ impl Tasks {
             return self
                 .store_new(id, new, Snapshot::default(), Some(end))
                 .await
-                .map(Started::Task);
+                .map(|task| Started::Task(Box::new(task)));
         }
         // What the call said and asked so far goes into the row; later changes are
         // written as they come (`TaskHandle`).
@@ -201,7 +201,7 @@ impl Tasks {
         match self.store_new(id, new, snapshot, None).await {
             Ok(task) => {
                 let _ = stored_tx.send(true);
-                Ok(Started::Task(task))
+                Ok(Started::Task(Box::new(task)))
             }
             Err(error) => {
                 self.forget(id);

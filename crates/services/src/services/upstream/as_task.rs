@@ -98,7 +98,7 @@ impl UpstreamService {
             })
             .await?;
         match started {
-            Started::Task(task) => Ok(task),
+            Started::Task(task) => Ok(*task),
             Started::Inline(_) => Err(Error::Unexpected(anyhow::anyhow!(
                 "a task without an inline wait was answered inline"
             ))),
