@@ -582,3 +582,52 @@ async fn a_servers_question_during_a_task_waits_for_the_clients_tasks_update() {
     };
     assert_eq!(text_of_result(result), "deleted notes.txt");
 }
+
+/// A 2025-11-25 client (with a session, so its cancellation names the request) that
+/// declares the tasks extension.
+#[derive(Clone)]
+struct SessionTasksClient;
+
+impl rmcp::ClientHandler for SessionTasksClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "session-tasks", "version": "1"}
+        }))
+        .unwrap()
+    }
+}
+
+/// A client that cancels its call while it is still waited for inline takes the call
+/// with it: the server is told, and no task is left behind.
+#[tokio::test]
+async fn a_call_cancelled_while_answered_inline_stops_and_leaves_no_task() {
+    use rmcp::ServiceExt;
+    let app = spawn_pool_app_with(|s| s.tasks.inline_wait_ms = 10_000).await;
+    let server = app.fixture_for_a1(&["slow"]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = SessionTasksClient
+        .serve(StreamableHttpClientTransport::from_config(
+            app.gateway_client_config("a1", &token),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(cancellations_seen(&app, "u", &server).await, "0");
+    let request = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(call(
+        "fx__slow",
+        json!({"ms": 5000}),
+    )));
+    let handle = client
+        .send_cancellable_request(request, rmcp::service::PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.cancel(None).await.unwrap();
+    eventually("the server saw the call cancelled", || async {
+        cancellations_seen(&app, "u", &server).await == "1"
+    })
+    .await;
+    let listed = app.user("u", Method::GET, "/api/tasks", None).await;
+    assert_eq!(listed.body["tasks"], json!([]), "{}", listed.text);
+}

@@ -219,46 +219,51 @@ impl GatewayHandler {
         let timeout = tasks.call_timeout();
         let arguments = request.arguments;
         let client = context.client_capabilities();
-        let started = tasks
-            .start(new, Some(tasks.inline_wait()), move |task| {
-                Box::pin(async move {
-                    let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
-                    let cancel = task.cancelled();
-                    let asked: Arc<dyn Downstream> = Arc::new(TaskAsked {
-                        task: task.clone(),
-                        client,
-                    });
-                    let caller = Caller {
-                        live: Some(&live),
-                        downstream: Some(asked),
-                        timeout: Some(timeout),
-                        ..Caller::default()
-                    };
-                    let call = service.call(
-                        &principal,
-                        &name,
-                        arguments,
-                        caller,
-                        &cancel,
-                        max_result_bytes,
-                    );
-                    tokio::pin!(call);
-                    let result = loop {
-                        tokio::select! {
-                            biased;
-                            Some(update) = progress.recv() => {
-                                if let Some(message) = update.message {
-                                    task.say(message).await;
-                                }
+        let start = tasks.start(new, Some(tasks.inline_wait()), move |task| {
+            Box::pin(async move {
+                let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                let cancel = task.cancelled();
+                let asked: Arc<dyn Downstream> = Arc::new(TaskAsked {
+                    task: task.clone(),
+                    client,
+                });
+                let caller = Caller {
+                    live: Some(&live),
+                    downstream: Some(asked),
+                    timeout: Some(timeout),
+                    ..Caller::default()
+                };
+                let call = service.call(
+                    &principal,
+                    &name,
+                    arguments,
+                    caller,
+                    &cancel,
+                    max_result_bytes,
+                );
+                tokio::pin!(call);
+                let result = loop {
+                    tokio::select! {
+                        biased;
+                        Some(update) = progress.recv() => {
+                            if let Some(message) = update.message {
+                                task.say(message).await;
                             }
-                            result = &mut call => break result,
                         }
-                    };
-                    task_end(call_outcome(result))
-                })
+                        result = &mut call => break result,
+                    }
+                };
+                task_end(call_outcome(result))
             })
-            .await
-            .map_err(super::to_mcp_error)?;
+        });
+        // The client's cancellation while it waits inline cancels the call (a task already
+        // made goes on: the client cancelled a request, not the task it did not see).
+        let started = tokio::select! {
+            started = start => started.map_err(super::to_mcp_error)?,
+            () = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("the client cancelled the call", None));
+            }
+        };
         match started {
             Started::Inline(TaskEnd::Completed(result)) => {
                 let result: CallToolResult = serde_json::from_value(result).map_err(|error| {

@@ -72,6 +72,17 @@ pub struct NewTask {
     pub tool_name: String,
 }
 
+/// A call that outlasted its inline wait, on its way to becoming a task.
+struct Handover {
+    id: Uuid,
+    new: NewTask,
+    /// Its caller waited inline (and takes an end that came meanwhile as it is).
+    inline: bool,
+    ended: oneshot::Receiver<TaskEnd>,
+    stored: oneshot::Sender<bool>,
+    shared: Arc<Shared>,
+}
+
 /// What `Tasks::start` gives back.
 pub enum Started {
     /// The call finished within the inline wait; no task was made.
@@ -167,9 +178,12 @@ impl Tasks {
             stored,
         };
         tokio::spawn(self.clone().run(run, call));
+        // A caller that goes away while it waits inline takes the call with it.
+        let abandon = shared.cancel.clone().drop_guard();
         if let Some(wait) = inline
             && let Ok(end) = tokio::time::timeout(wait, &mut ended).await
         {
+            abandon.disarm();
             return match end {
                 Ok(end) => Ok(Started::Inline(end)),
                 Err(_) => Err(Error::Unexpected(anyhow::anyhow!(
@@ -177,12 +191,39 @@ impl Tasks {
                 ))),
             };
         }
+        abandon.disarm();
+        // From here the task is made whether or not its caller still waits: a row written
+        // and a call left running without one would be a task nobody can see end.
+        let handover = Handover {
+            id,
+            new,
+            inline: inline.is_some(),
+            ended,
+            stored: stored_tx,
+            shared,
+        };
+        tokio::spawn(self.clone().hand_over(handover))
+            .await
+            .map_err(|_| Error::Unexpected(anyhow::anyhow!("making the task failed")))?
+    }
+
+    /// The call outlasted the inline wait (or there was none): the row, unless the call
+    /// ended meanwhile and its caller takes the end as it is.
+    async fn hand_over(self, handover: Handover) -> Result<Started> {
+        let Handover {
+            id,
+            new,
+            inline,
+            mut ended,
+            stored,
+            shared,
+        } = handover;
         // From here the call's end goes to the row: an end sent before `close` is taken
         // now, any later send fails and the runner waits for the row instead.
         ended.close();
         if let Ok(end) = ended.try_recv() {
-            let _ = stored_tx.send(false);
-            if inline.is_some() {
+            let _ = stored.send(false);
+            if inline {
                 return Ok(Started::Inline(end));
             }
             return self
@@ -200,13 +241,13 @@ impl Tasks {
         };
         match self.store_new(id, new, snapshot, None).await {
             Ok(task) => {
-                let _ = stored_tx.send(true);
+                let _ = stored.send(true);
                 Ok(Started::Task(Box::new(task)))
             }
             Err(error) => {
                 self.forget(id);
                 shared.cancel.cancel();
-                let _ = stored_tx.send(false);
+                let _ = stored.send(false);
                 Err(error)
             }
         }
