@@ -631,3 +631,31 @@ async fn a_call_cancelled_while_answered_inline_stops_and_leaves_no_task() {
     let listed = app.user("u", Method::GET, "/api/tasks", None).await;
     assert_eq!(listed.body["tasks"], json!([]), "{}", listed.text);
 }
+
+/// Past the limit a gateway client's quick calls are still answered; one that would
+/// become a task is stopped and refused with the limit's code.
+#[tokio::test]
+async fn a_gateway_client_at_its_task_limit_is_refused_new_tasks_but_not_quick_calls() {
+    let app = spawn_pool_app_with(|s| s.tasks.max_open_per_user = 1).await;
+    app.fixture_for_a1(&["echo", "slow"]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = discover(&app, "a1", &token, TasksClient).await;
+    let first = client
+        .call_tool_once(call("fx__slow", json!({"ms": 30000})))
+        .await
+        .unwrap();
+    assert!(matches!(first, CallToolResponse::Task(_)), "{first:?}");
+    let quick = client
+        .call_tool_once(call("fx__echo", json!({"text": "still"})))
+        .await
+        .unwrap();
+    assert!(matches!(quick, CallToolResponse::Complete(_)), "{quick:?}");
+    let refused = client
+        .call_tool_once(call("fx__slow", json!({"ms": 30000})))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{refused}").contains("too many open tasks"),
+        "{refused}"
+    );
+}

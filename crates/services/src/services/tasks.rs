@@ -151,9 +151,10 @@ impl Tasks {
         inline: Option<Duration>,
         work: impl FnOnce(TaskHandle) -> TaskWork,
     ) -> Result<Started> {
-        let max = self.inner.settings.max_open_per_user;
-        if self.inner.store.tasks().count_open(&new.user).await? >= max {
-            return Err(Error::TooManyTasks(max));
+        // A call answered inline never becomes a task: it is counted only if it outlasts
+        // the wait (`hand_over`), so quick calls read nothing from the database.
+        if inline.is_none() {
+            self.check_limit(&new.user).await?;
         }
         let id = Uuid::new_v4();
         let shared = Arc::new(Shared::default());
@@ -218,6 +219,13 @@ impl Tasks {
             stored,
             shared,
         } = handover;
+        // A call that would become a task past its user's limit is stopped and refused.
+        if inline && let Err(refused) = self.check_limit(&new.user).await {
+            self.forget(id);
+            shared.cancel.cancel();
+            let _ = stored.send(false);
+            return Err(refused);
+        }
         // From here the call's end goes to the row: an end sent before `close` is taken
         // now, any later send fails and the runner waits for the row instead.
         ended.close();
@@ -251,6 +259,15 @@ impl Tasks {
                 Err(error)
             }
         }
+    }
+
+    /// Refuses a new task to a user with `max_open_per_user` open.
+    async fn check_limit(&self, user: &UserId) -> Result<()> {
+        let max = self.inner.settings.max_open_per_user;
+        if self.inner.store.tasks().count_open(user).await? >= max {
+            return Err(Error::TooManyTasks(max));
+        }
+        Ok(())
     }
 
     /// Stores a new task, open or (a call that ended while it was being made) already
