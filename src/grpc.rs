@@ -400,6 +400,7 @@ impl McpPool for GrpcApi {
         self.services
             .elicitations
             .answer_as_sent(&user, &answer.id, &answer.action, content)
+            .await
             .map_err(|e| status::from_error(&e))?;
         Ok(Response::new(proto::AnswerElicitationResponse {}))
     }
@@ -413,6 +414,7 @@ impl McpPool for GrpcApi {
         self.services
             .sampling
             .answer(&user, &decision.id, &decision.action)
+            .await
             .map_err(|e| status::from_error(&e))?;
         Ok(Response::new(proto::DecideSamplingResponse {}))
     }

@@ -42,6 +42,7 @@ async fn answer(
     state
         .services
         .elicitations
-        .answer_as_sent(&ctx.user, &id, &input.action, input.content)?;
+        .answer_as_sent(&ctx.user, &id, &input.action, input.content)
+        .await?;
     Ok(JsonResponse(json!({"id": id, "action": input.action})))
 }

@@ -40,6 +40,7 @@ async fn decide(
     state
         .services
         .sampling
-        .answer(&ctx.user, &id, &input.action)?;
+        .answer(&ctx.user, &id, &input.action)
+        .await?;
     Ok(JsonResponse(json!({"id": id, "action": input.action})))
 }

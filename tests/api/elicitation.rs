@@ -463,3 +463,81 @@ async fn a_2025_11_25_client_gets_what_a_server_of_both_revisions_shows_its_revi
         "{tools:?}"
     );
 }
+
+/// Behind a load balancer a user's answer may reach another instance than the one whose
+/// connection asked: it is handed to that instance (checked there, answered once), as
+/// approvals are. Instances talk over PostgreSQL; on SQLite there is one instance.
+#[tokio::test]
+async fn a_question_is_answered_through_another_instance() {
+    let app = crate::helpers::spawn_pool_app_with(|s| s.elicitation.timeout_secs = 20).await;
+    if !app.on_postgres() {
+        return;
+    }
+    let other = app.another_instance().await;
+    let upstream = HttpUpstream::conformance_server().await;
+    setup(&app, "alice", &upstream).await;
+    let server = server_of(&app, "alice").await;
+    let mut events = app.events("alice").await;
+    assert_eq!(app.connect("alice", &server).await.status, StatusCode::OK);
+    let call = {
+        let (app, server) = (&app, server.clone());
+        async move {
+            app.call(
+                "alice",
+                &server,
+                "test_elicitation",
+                json!({"message": "Your name?"}),
+            )
+            .await
+        }
+    };
+    let answering = async {
+        let question = next_question(&mut events).await;
+        let path = format!("/api/elicitations/{}", question["id"].as_str().unwrap());
+        // Checked where it waits: the schema's problems come back.
+        let wrong = other
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "accept", "content": {"response": 7}})),
+            )
+            .await;
+        assert_eq!(wrong.code(), "INVALID_ARGUMENTS", "{}", wrong.text);
+        let foreign = other
+            .user(
+                "bob",
+                Method::POST,
+                &path,
+                Some(json!({"action": "decline"})),
+            )
+            .await;
+        assert_eq!(foreign.code(), "ELICITATION_NOT_FOUND", "{}", foreign.text);
+        let answered = other
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "accept", "content": {"response": "Elsewhere"}})),
+            )
+            .await;
+        assert_eq!(answered.status, StatusCode::OK, "{}", answered.text);
+        let again = other
+            .user(
+                "alice",
+                Method::POST,
+                &path,
+                Some(json!({"action": "decline"})),
+            )
+            .await;
+        assert_eq!(
+            again.code(),
+            "ELICITATION_NOT_FOUND",
+            "answered once: {}",
+            again.text
+        );
+    };
+    let (reply, ()) = tokio::join!(call, answering);
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(text_of(&reply.body).contains("Elsewhere"), "{}", reply.text);
+}

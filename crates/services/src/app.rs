@@ -45,6 +45,8 @@ pub struct Services {
     pub events: Arc<EventHub>,
     pub pool: Pool,
     pub cluster: Cluster,
+    /// Answers to parked requests another instance holds, and their verdicts.
+    forwarder: crate::services::parked::forward::Forwarder,
     /// Dropped when another instance changes bindings.
     bindings: BindingCache,
 }
@@ -78,6 +80,7 @@ impl Services {
             per_user: settings.elicitation.max_open_per_user as usize,
             per_server: settings.elicitation.max_open_per_server as usize,
         };
+        let forwarder = crate::services::parked::forward::Forwarder::new(cluster.clone());
         let sampling = sampling::Sampling::new(
             events.clone(),
             crate::llm::LlmClient::new(&settings.llm),
@@ -88,12 +91,14 @@ impl Services {
                 max_tokens: settings.llm.max_tokens,
                 max_prompt_bytes: settings.sampling.max_prompt_bytes as usize,
             },
+            forwarder.clone(),
         );
         let elicitations = elicitations::Elicitations::new(
             events.clone(),
             std::time::Duration::from_secs(settings.elicitation.timeout_secs),
             park_limits,
             sampling.clone(),
+            forwarder.clone(),
         );
         let upstream = UpstreamService::new(
             store.clone(),
@@ -174,6 +179,7 @@ impl Services {
             events,
             pool,
             cluster,
+            forwarder,
             assistants: AssistantService::new(store.clone(), settings.clone(), bindings.clone()),
             bindings,
             presets: PresetService::new(store.clone(), settings.clone()),

@@ -73,6 +73,21 @@ pub enum Note {
     },
     /// A task `to` runs was cancelled (its row says so already): stop its call.
     CancelTask { to: InstanceId, task: Uuid },
+    /// A user's answer to a question or sampling request `to` holds (`id` says which).
+    AnswerParked {
+        request: Uuid,
+        to: InstanceId,
+        user: String,
+        parked: ParkedKind,
+        id: String,
+        answer: serde_json::Value,
+    },
+    /// The verdict on an `AnswerParked`.
+    ParkedAnswered {
+        request: Uuid,
+        to: InstanceId,
+        verdict: Result<(), ParkedFailure>,
+    },
     /// A client's answers (`tasks/update`) for the questions of a task `to` runs.
     AnswerTask {
         to: InstanceId,
@@ -101,6 +116,26 @@ pub enum Note {
         name: String,
         data: serde_json::Value,
     },
+}
+
+/// Which kind of parked request an answer is for.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum ParkedKind {
+    Elicitation,
+    Sampling,
+}
+
+/// Why a forwarded answer to a parked request was not taken, as its instance saw it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum ParkedFailure {
+    /// Not there (answered, withdrawn, another user's).
+    NotFound,
+    /// Content that does not match the question's schema: one line per problem.
+    Invalid(Vec<String>),
+    /// Anything else; the text is for the client.
+    Refused(String),
 }
 
 /// Why a forwarded confirmation failed, as the owning instance saw it.
@@ -341,6 +376,8 @@ impl Cluster {
                 | Note::CallConfirmed { .. }
                 | Note::CancelTask { .. }
                 | Note::AnswerTask { .. }
+                | Note::AnswerParked { .. }
+                | Note::ParkedAnswered { .. }
         );
         if addressed || !self.inner.alone.load(Ordering::Relaxed) {
             self.send_note(note);

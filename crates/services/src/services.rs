@@ -12,7 +12,7 @@ pub mod global_servers;
 mod keys;
 pub mod oauth;
 pub mod operators;
-mod parked;
+pub(crate) mod parked;
 pub use parked::ParkLimits;
 mod presets;
 mod rate_limits;

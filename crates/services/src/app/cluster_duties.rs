@@ -7,7 +7,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Services;
-use crate::cluster::{Envelope, Note};
+use crate::cluster::{Envelope, Note, ParkedKind};
 use crate::domain::{AssistantId, UserId};
 
 impl Services {
@@ -107,6 +107,37 @@ impl Services {
                     .forward_answered(*request, outcome.clone());
             }
             Note::CancelTask { to, task } if *to == me => self.tasks.stop_here(*task),
+            Note::AnswerParked {
+                request,
+                to,
+                user,
+                parked,
+                id,
+                answer,
+            } if *to == me => {
+                let Ok(user) = UserId::parse(user) else {
+                    return;
+                };
+                let verdict = match parked {
+                    ParkedKind::Elicitation => {
+                        self.elicitations
+                            .answer_forwarded(&user, id, answer.clone())
+                    }
+                    ParkedKind::Sampling => {
+                        self.sampling.answer_forwarded(&user, id, answer.clone())
+                    }
+                };
+                self.cluster.tell(Note::ParkedAnswered {
+                    request: *request,
+                    to: envelope.from,
+                    verdict,
+                });
+            }
+            Note::ParkedAnswered {
+                request,
+                to,
+                verdict,
+            } if *to == me => self.forwarder.answered(*request, verdict.clone()),
             Note::AnswerTask {
                 to,
                 task,
@@ -118,7 +149,9 @@ impl Services {
             Note::ConfirmCall { .. }
             | Note::CallConfirmed { .. }
             | Note::CancelTask { .. }
-            | Note::AnswerTask { .. } => {}
+            | Note::AnswerTask { .. }
+            | Note::AnswerParked { .. }
+            | Note::ParkedAnswered { .. } => {}
             Note::ToolCallChanged {
                 user,
                 message,

@@ -23,8 +23,10 @@ use rmcp::model::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::parked::forward::Forwarder;
 use super::parked::{ParkLimits, Parked};
 use super::sampling::Sampling;
+use crate::cluster::{ParkedFailure, ParkedKind};
 use crate::domain::{McpServer, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
@@ -45,6 +47,8 @@ pub struct Elicitations {
     timeout: Duration,
     limits: ParkLimits,
     sampling: Sampling,
+    /// Answers to questions another instance holds go there.
+    forward: Forwarder,
 }
 
 impl Elicitations {
@@ -53,9 +57,11 @@ impl Elicitations {
         timeout: Duration,
         limits: ParkLimits,
         sampling: Sampling,
+        forward: Forwarder,
     ) -> Self {
         Self {
-            pending: Parked::default(),
+            pending: Parked::new(forward.me()),
+            forward,
             events,
             timeout,
             limits,
@@ -75,7 +81,7 @@ impl Elicitations {
 
     /// An answer as the API takes it: `action` is `accept`, `decline` or `cancel`, and
     /// only `accept` carries content.
-    pub fn answer_as_sent(
+    pub async fn answer_as_sent(
         &self,
         user: &UserId,
         id: &str,
@@ -95,13 +101,41 @@ impl Elicitations {
         if action != ElicitationAction::Accept && content.is_some() {
             return Err(Error::validation("content goes only with accept"));
         }
-        self.answer(user, id, Answer { action, content })
+        self.answer(user, id, Answer { action, content }).await
     }
 
     /// `POST /api/elicitations/{id}`: the content of an `accept` must match the schema.
     /// A field the user left out that the schema gives a default gets that default
     /// (SEP-1034), so the server receives what the user was shown as chosen.
-    pub fn answer(&self, user: &UserId, id: &str, answer: Answer) -> Result<()> {
+    /// A question another instance holds gets the answer there (checked there).
+    pub async fn answer(&self, user: &UserId, id: &str, answer: Answer) -> Result<()> {
+        let sent = json!({"action": answer.action, "content": answer.content});
+        if let Some(outcome) = self.answer_here(user, id, answer) {
+            return outcome;
+        }
+        self.forward
+            .forward(user, ParkedKind::Elicitation, id, sent)
+            .await
+            .unwrap_or_else(|| Err(Error::NotFound(Resource::Elicitation, id.to_owned())))
+    }
+
+    /// An answer another instance forwarded here.
+    pub(crate) fn answer_forwarded(
+        &self,
+        user: &UserId,
+        id: &str,
+        sent: Value,
+    ) -> std::result::Result<(), ParkedFailure> {
+        let action = serde_json::from_value(sent["action"].clone());
+        let Ok(action) = action else {
+            return Err(ParkedFailure::Refused("an unreadable answer".into()));
+        };
+        let content = Some(sent["content"].clone()).filter(|c| !c.is_null());
+        ParkedFailure::verdict(self.answer_here(user, id, Answer { action, content }))
+    }
+
+    /// `None` when no question `id` of `user` waits here.
+    fn answer_here(&self, user: &UserId, id: &str, answer: Answer) -> Option<Result<()>> {
         let decide = |schema: &Option<Value>| {
             if answer.action != ElicitationAction::Accept {
                 return Ok(answer);
@@ -121,9 +155,7 @@ impl Elicitations {
                 content: Some(content),
             })
         };
-        self.pending
-            .answer(user, id, decide)
-            .unwrap_or_else(|| Err(Error::NotFound(Resource::Elicitation, id.to_owned())))
+        self.pending.answer(user, id, decide)
     }
 
     async fn ask(

@@ -9,8 +9,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::domain::UserId;
+use crate::domain::{InstanceId, UserId};
 use crate::error::Result;
+
+pub(crate) mod forward;
 
 struct Entry<M, A> {
     user: UserId,
@@ -24,20 +26,15 @@ struct Entry<M, A> {
 /// The parked requests of one kind on this instance.
 pub struct Parked<M, A> {
     entries: Arc<Mutex<HashMap<Uuid, Entry<M, A>>>>,
+    /// This instance's prefix, which every id parked here begins with (see `forward`).
+    prefix: u64,
 }
 
 impl<M, A> Clone for Parked<M, A> {
     fn clone(&self) -> Self {
         Self {
             entries: self.entries.clone(),
-        }
-    }
-}
-
-impl<M, A> Default for Parked<M, A> {
-    fn default() -> Self {
-        Self {
-            entries: Arc::default(),
+            prefix: self.prefix,
         }
     }
 }
@@ -66,6 +63,13 @@ impl<M, A> Drop for Waiting<M, A> {
 }
 
 impl<M, A> Parked<M, A> {
+    pub fn new(instance: InstanceId) -> Self {
+        Self {
+            entries: Arc::default(),
+            prefix: forward::prefix_of(instance),
+        }
+    }
+
     /// Parks a request of `user`'s `server`, or says which limit it would pass.
     pub fn park(
         &self,
@@ -74,7 +78,7 @@ impl<M, A> Parked<M, A> {
         meta: M,
         limits: ParkLimits,
     ) -> std::result::Result<Waiting<M, A>, String> {
-        let id = Uuid::new_v4();
+        let id = Uuid::from_u64_pair(self.prefix, Uuid::new_v4().as_u64_pair().1);
         let (reply, answered) = oneshot::channel();
         let mut entries = self.entries.lock().expect("parked lock");
         let (mut of_user, mut of_server) = (0, 0);

@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::RateLimits;
+use super::parked::forward::Forwarder;
 use super::parked::{ParkLimits, Parked};
+use crate::cluster::{ParkedFailure, ParkedKind};
 use crate::domain::{SamplingPolicy, SamplingSettings, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::events::EventHub;
@@ -42,6 +44,8 @@ pub struct Sampling {
     limits: ParkLimits,
     max_tokens: u32,
     max_prompt_bytes: usize,
+    /// Decisions on requests another instance holds go there.
+    forward: Forwarder,
 }
 
 /// How a server's sampling requests are bounded.
@@ -59,9 +63,11 @@ impl Sampling {
         llm: LlmClient,
         rate_limits: Arc<RateLimits>,
         limits: SamplingLimits,
+        forward: Forwarder,
     ) -> Self {
         Self {
-            parked: Parked::default(),
+            parked: Parked::new(forward.me()),
+            forward,
             events,
             llm,
             rate_limits,
@@ -72,8 +78,9 @@ impl Sampling {
         }
     }
 
-    /// `POST /api/sampling/{id}`: `approve` or `reject`.
-    pub fn answer(&self, user: &UserId, id: &str, action: &str) -> Result<()> {
+    /// `POST /api/sampling/{id}`: `approve` or `reject`. A request another instance holds
+    /// is decided there.
+    pub async fn answer(&self, user: &UserId, id: &str, action: &str) -> Result<()> {
         let approved = match action {
             "approve" => true,
             "reject" => false,
@@ -83,9 +90,31 @@ impl Sampling {
                 )));
             }
         };
-        self.parked
-            .answer(user, id, |_| Ok(approved))
+        if let Some(outcome) = self.parked.answer(user, id, |_| Ok(approved)) {
+            return outcome;
+        }
+        self.forward
+            .forward(
+                user,
+                ParkedKind::Sampling,
+                id,
+                serde_json::json!({"approved": approved}),
+            )
+            .await
             .unwrap_or_else(|| Err(Error::NotFound(Resource::SamplingRequest, id.to_owned())))
+    }
+
+    /// A decision another instance forwarded here.
+    pub(crate) fn answer_forwarded(
+        &self,
+        user: &UserId,
+        id: &str,
+        sent: serde_json::Value,
+    ) -> std::result::Result<(), ParkedFailure> {
+        let Some(approved) = sent["approved"].as_bool() else {
+            return Err(ParkedFailure::Refused("an unreadable decision".into()));
+        };
+        ParkedFailure::verdict(self.parked.answer(user, id, |_| Ok(approved)))
     }
 
     /// Handles one request of `user`'s `server` under its policy.
