@@ -29,35 +29,24 @@ async fn the_gateway_passes_what_the_server_alone_passes_to_2025_11_25_clients()
 /// `tasks-must-pass.txt` lists passes.
 #[tokio::test]
 async fn the_gateway_runs_calls_as_tasks_as_the_tasks_extension_asks() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/tasks.sh");
-    let output = tokio::process::Command::new("bash")
-        .arg(script)
-        .env("STRICT", "1")
-        .env_remove("DATABASE_URL")
-        .env("POOL", env!("CARGO_BIN_EXE_mcp-pool"))
-        .env("FIXTURE", crate::upstreams::fixture_binary())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("tasks.sh starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the gateway fails tasks scenarios it must pass:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("passed "),
-        "the suite printed no results:\n{stdout}\n{stderr}"
-    );
+    run_script(
+        "tasks.sh",
+        &[("FIXTURE", crate::upstreams::fixture_binary())],
+    )
+    .await;
 }
 
 async fn run_server_scenarios(spec: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/run.sh");
+    run_script("run.sh", &[("SPEC", spec)]).await;
+}
+
+/// Runs one of `tests/conformance/`'s server-side scripts with `STRICT=1`: it must pass and
+/// print its results.
+async fn run_script(script: &str, env: &[(&str, &str)]) {
+    let path = format!("{}/tests/conformance/{script}", env!("CARGO_MANIFEST_DIR"));
     let output = tokio::process::Command::new("bash")
-        .arg(script)
-        .env("SPEC", spec)
+        .arg(path)
+        .envs(env.iter().copied())
         .env("STRICT", "1")
         // The service under test keeps to its own SQLite file in a temporary directory.
         .env_remove("DATABASE_URL")
@@ -65,13 +54,13 @@ async fn run_server_scenarios(spec: &str) {
         .kill_on_drop(true)
         .output()
         .await
-        .expect("run.sh starts");
+        .unwrap_or_else(|e| panic!("{script} starts: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
     assert!(
         output.status.success(),
-        "the gateway fails {spec} scenarios the server alone passes:\n{stdout}\n{stderr}"
+        "{script} {env:?}: the gateway fails scenarios it must pass:\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("passed "),

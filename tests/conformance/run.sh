@@ -82,6 +82,7 @@ if [ "${HOLD:-0}" = 1 ]; then
   echo "direct:  http://127.0.0.1:$server_port/mcp"
   echo "gateway: http://127.0.0.1:$shim_port/mcp"
   wait
+  exit 0
 fi
 suite() { ("${suite_cli[@]}" server --url "$1" "${selection[@]}" 2>&1 || true) | sed -n '/=== SUMMARY ===/,$p'; }
 suite "http://127.0.0.1:$server_port/mcp" >"$work/direct.txt"

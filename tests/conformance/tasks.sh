@@ -46,6 +46,7 @@ wait_port "$shim_port"
 if [ "${HOLD:-0}" = 1 ]; then
   echo "gateway: http://127.0.0.1:$shim_port/mcp"
   wait
+  exit 0
 fi
 
 scenarios=$("${suite_cli[@]}" list --server | sed -n 's/^  - \(tasks-[a-z-]*\) .*/\1/p')

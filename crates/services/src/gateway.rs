@@ -86,11 +86,11 @@ const REMOVED_IN_2026_07_28: [&str; 4] = [
 /// Whether an HTTP request comes from a client of 2025-11-25 or older: one that names no
 /// revision (its `initialize`, or a client before 2025-06-18) or one with `initialize`.
 fn speaks_older(headers: &http::HeaderMap) -> bool {
+    // Revisions are dates: those before 2026-07-28 have `initialize` (as rmcp tells).
     headers
         .get("mcp-protocol-version")
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| serde_json::from_value::<ProtocolVersion>(json!(value)).ok())
-        .is_none_or(|version| version.has_initialize())
+        .is_none_or(|version| version < ProtocolVersion::NO_INITIALIZE.as_str())
 }
 
 fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {

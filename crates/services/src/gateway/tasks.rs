@@ -37,9 +37,17 @@ use crate::store::StoredTask;
 /// Whether the request's client declared the tasks extension (for the session or in
 /// this request's metadata).
 pub(super) fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .client_capabilities()
-        .is_some_and(|capabilities| capabilities.supports_tasks())
+    // As `client_capabilities()` reads them, without copying a session's capabilities
+    // on every call.
+    match context.meta.client_capabilities() {
+        Some(capabilities) => capabilities.supports_tasks(),
+        // A 2026-07-28 client declares them in each request or not at all.
+        None if super::speaks_modern(context) => false,
+        None => context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.supports_tasks()),
+    }
 }
 
 fn wire_status(status: TaskStatus) -> WireStatus {
@@ -221,7 +229,7 @@ impl GatewayHandler {
         let client = context.client_capabilities();
         let start = tasks.start(new, Some(tasks.inline_wait()), move |task| {
             Box::pin(async move {
-                let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                let (live, progress) = tokio::sync::mpsc::unbounded_channel();
                 let cancel = task.cancelled();
                 let asked: Arc<dyn Downstream> = Arc::new(TaskAsked {
                     task: task.clone(),
@@ -241,19 +249,7 @@ impl GatewayHandler {
                     &cancel,
                     max_result_bytes,
                 );
-                tokio::pin!(call);
-                let result = loop {
-                    tokio::select! {
-                        biased;
-                        Some(update) = progress.recv() => {
-                            if let Some(message) = update.message {
-                                task.say(message).await;
-                            }
-                        }
-                        result = &mut call => break result,
-                    }
-                };
-                task_end(call_outcome(result))
+                task_end(call_outcome(task.saying(call, progress).await))
             })
         });
         // The client's cancellation while it waits inline cancels the call (a task already

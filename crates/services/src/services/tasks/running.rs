@@ -108,6 +108,27 @@ impl TaskHandle {
         }
     }
 
+    /// Runs `call`; the message of each progress notification it reports on `progress`
+    /// becomes the task's status message.
+    pub async fn saying<T>(
+        &self,
+        call: impl std::future::Future<Output = T>,
+        mut progress: tokio::sync::mpsc::UnboundedReceiver<crate::mcp::Progress>,
+    ) -> T {
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                biased;
+                Some(update) = progress.recv() => {
+                    if let Some(message) = update.message {
+                        self.say(message).await;
+                    }
+                }
+                result = &mut call => return result,
+            }
+        }
+    }
+
     /// Puts `request` (an input request: `{method, params}`) to the client and waits for
     /// its answer (`tasks/update`); the task is `input_required` meanwhile. `None` when the
     /// task ended first.

@@ -62,7 +62,7 @@ impl UpstreamService {
         let started = tasks
             .start(new, None, move |handle| {
                 Box::pin(async move {
-                    let (live, mut progress) = tokio::sync::mpsc::unbounded_channel();
+                    let (live, progress) = tokio::sync::mpsc::unbounded_channel();
                     let caller = Caller {
                         live: Some(&live),
                         timeout: Some(timeout),
@@ -70,19 +70,7 @@ impl UpstreamService {
                     };
                     let call =
                         upstream.call_tool_reporting(&user, &server_id, &tool, arguments, caller);
-                    tokio::pin!(call);
-                    let result = loop {
-                        tokio::select! {
-                            biased;
-                            Some(update) = progress.recv() => {
-                                if let Some(message) = update.message {
-                                    handle.say(message).await;
-                                }
-                            }
-                            result = &mut call => break result,
-                        }
-                    };
-                    match result {
+                    match handle.saying(call, progress).await {
                         Ok(report) => {
                             let result = limit_result_in_place(report.outcome.result, max_bytes);
                             let is_error = result.is_error.unwrap_or(false);
