@@ -128,9 +128,7 @@ fn task_view(task: &crate::store::StoredTask, poll_interval: std::time::Duration
         origin: task.origin.as_str().to_owned(),
         created_at: task.created_at.to_rfc3339(),
         last_updated_at: task.updated_at.to_rfc3339(),
-        ttl_ms: (task.expires_at - task.created_at)
-            .num_milliseconds()
-            .max(0) as u64,
+        ttl_ms: task.ttl_ms(),
         poll_interval_ms: poll_interval.as_millis() as u64,
         result_json: json(&task.result),
         error_json: json(&task.error),

@@ -39,6 +39,15 @@ pub struct StoredTask {
     pub expires_at: DateTime<Utc>,
 }
 
+impl StoredTask {
+    /// How long it is kept from its creation (its `ttlMs`).
+    pub fn ttl_ms(&self) -> u64 {
+        (self.expires_at - self.created_at)
+            .num_milliseconds()
+            .max(0) as u64
+    }
+}
+
 fn stored(row: task::Model) -> Result<StoredTask, StoreError> {
     Ok(StoredTask {
         id: row.id,

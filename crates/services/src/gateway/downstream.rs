@@ -12,7 +12,7 @@ use crate::mcp::downstream::Downstream;
 /// sampling) when it declared it can answer.
 pub(super) struct PeerDownstream(pub(super) rmcp::Peer<RoleServer>);
 
-fn not_declared(what: &str) -> ErrorData {
+pub(super) fn not_declared(what: &str) -> ErrorData {
     ErrorData::invalid_request(
         format!("the client that made this call does not handle {what}"),
         None,

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 use super::GatewayHandler;
 use super::call::call_outcome;
+use super::downstream::not_declared;
 use crate::domain::{TaskOrigin, TaskStatus};
 use crate::error::{Error, Resource};
 use crate::mcp::downstream::Downstream;
@@ -70,16 +71,13 @@ fn object(value: Option<&Value>) -> JsonObject {
 /// The task's base fields as the extension names them.
 fn wire_task(task: &StoredTask, handler: &GatewayHandler) -> Task {
     let tasks = handler.service.tasks();
-    let ttl = (task.expires_at - task.created_at)
-        .num_milliseconds()
-        .max(0) as u64;
     let mut wire = Task::new(
         task.id.to_string(),
         wire_status(task.status),
         task.created_at.to_rfc3339(),
         task.updated_at.to_rfc3339(),
     )
-    .with_ttl_ms(ttl)
+    .with_ttl_ms(task.ttl_ms())
     .with_poll_interval_ms(tasks.poll_interval().as_millis() as u64);
     wire.status_message = task.status_message.clone();
     wire
@@ -111,13 +109,6 @@ fn detailed(task: &StoredTask, handler: &GatewayHandler) -> DetailedTask {
 struct TaskAsked {
     task: TaskHandle,
     client: Option<ClientCapabilities>,
-}
-
-fn not_declared(what: &str) -> ErrorData {
-    ErrorData::invalid_request(
-        format!("the client that made this call does not handle {what}"),
-        None,
-    )
 }
 
 impl TaskAsked {

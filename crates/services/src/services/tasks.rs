@@ -53,6 +53,14 @@ impl TaskEnd {
     pub fn failed(code: i32, message: impl Into<String>, stable: &str) -> Self {
         TaskEnd::Failed(error_object(code, message.into(), stable))
     }
+
+    /// The row's status, result and error for this end.
+    fn into_row(self) -> (TaskStatus, Option<Value>, Option<Value>) {
+        match self {
+            TaskEnd::Completed(result) => (TaskStatus::Completed, Some(result), None),
+            TaskEnd::Failed(error) => (TaskStatus::Failed, None, Some(error)),
+        }
+    }
 }
 
 fn error_object(code: i32, message: String, stable: &str) -> Value {
@@ -288,8 +296,10 @@ impl Tasks {
         } = snapshot;
         let (status, result, error, input_requests) = match end {
             None => (status, None, None, input_requests),
-            Some(TaskEnd::Completed(result)) => (TaskStatus::Completed, Some(result), None, None),
-            Some(TaskEnd::Failed(error)) => (TaskStatus::Failed, None, Some(error), None),
+            Some(end) => {
+                let (status, result, error) = end.into_row();
+                (status, result, error, None)
+            }
         };
         let task = StoredTask {
             id,
@@ -316,10 +326,7 @@ impl Tasks {
     /// Writes a call's end on its task; a database outage is waited out (every second,
     /// up to the task's time to live), so an acknowledged task does not lose its result.
     async fn settle(&self, id: Uuid, end: TaskEnd) {
-        let (status, result, error) = match end {
-            TaskEnd::Completed(result) => (TaskStatus::Completed, Some(result), None),
-            TaskEnd::Failed(error) => (TaskStatus::Failed, None, Some(error)),
-        };
+        let (status, result, error) = end.into_row();
         let deadline = tokio::time::Instant::now() + self.ttl();
         loop {
             let written = self
@@ -329,12 +336,7 @@ impl Tasks {
                 .settle(id, status, None, result.clone(), error.clone())
                 .await;
             match written {
-                Ok(true) => {
-                    if let Ok(Some(task)) = self.inner.store.tasks().get(id).await {
-                        self.announce(&task);
-                    }
-                    return;
-                }
+                Ok(true) => return self.announce_row(id).await,
                 // Cancelled or failed by a sweep meanwhile: that stands.
                 Ok(false) => return,
                 Err(StoreError::Unavailable(reason)) if tokio::time::Instant::now() < deadline => {
@@ -483,6 +485,13 @@ impl Tasks {
         Ok(settled)
     }
 
+    /// Tells the user's streams of task `id` as its row now stands (after a write).
+    async fn announce_row(&self, id: Uuid) {
+        if let Ok(Some(task)) = self.inner.store.tasks().get(id).await {
+            self.announce(&task);
+        }
+    }
+
     /// Tells the user's event streams, here and on the other instances.
     fn announce(&self, task: &StoredTask) {
         let data = task_json(task, self.poll_interval());
@@ -499,9 +508,6 @@ impl Tasks {
 
 /// A task as the REST API and the event stream show it.
 pub fn task_json(task: &StoredTask, poll_interval: Duration) -> Value {
-    let ttl = (task.expires_at - task.created_at)
-        .num_milliseconds()
-        .max(0);
     let mut view = json!({
         "taskId": task.id,
         "status": task.status.as_str(),
@@ -510,7 +516,7 @@ pub fn task_json(task: &StoredTask, poll_interval: Duration) -> Value {
         "origin": task.origin.as_str(),
         "createdAt": task.created_at.to_rfc3339(),
         "lastUpdatedAt": task.updated_at.to_rfc3339(),
-        "ttlMs": ttl,
+        "ttlMs": task.ttl_ms(),
         "pollIntervalMs": poll_interval.as_millis() as u64,
     });
     let map = view.as_object_mut().expect("an object");

@@ -181,11 +181,7 @@ impl Tasks {
             )
             .await;
         match written {
-            Ok(true) => {
-                if let Ok(Some(task)) = self.inner.store.tasks().get(id).await {
-                    self.announce(&task);
-                }
-            }
+            Ok(true) => self.announce_row(id).await,
             Ok(false) => {}
             Err(error) => tracing::warn!(task = %id, %error, "a task's progress was not stored"),
         }
