@@ -50,31 +50,11 @@ server_port=$(free_port)
 (cd "$server_dir" && PORT=$server_port exec node --import "$here/loopback.mjs" --import tsx everything-server.ts) \
   >"$work/server.log" 2>&1 &
 pids+=($!)
-pool_port=$(free_port)
-key=conformance-admin-key-0123456789abcdef
-(cd "$work" && MCP_POOL__SERVER__PORT=$pool_port MCP_POOL__GRPC__ENABLED=false \
-  MCP_POOL__SECURITY__ALLOW_LOOPBACK_URLS=true MCP_POOL_ADMIN_KEY=$key RUST_LOG=${RUST_LOG:-warn} \
-  exec "$pool" serve) >"$work/pool.log" 2>&1 &
-pids+=($!)
+start_pool
 wait_port "$server_port"
 wait_port "$pool_port"
 
-api() {
-  curl -sf -X "$1" "http://127.0.0.1:$pool_port$2" -H "Authorization: Bearer $key" \
-    -H "X-User-Id: conformance" -H 'Content-Type: application/json' ${3:+-d "$3"}
-}
-json() { python3 -c "import json,sys; print($1)"; }
-id=$(api POST /api/mcp-servers "{\"name\":\"everything\",\"baseUrl\":\"http://127.0.0.1:$server_port/mcp\"}" | json 'json.load(sys.stdin)["id"]')
-tools=$(api GET "/api/mcp-servers/$id/tools" | json 'json.dumps([t["name"] for t in json.load(sys.stdin)["tools"]])')
-api PUT "/api/mcp-servers/$id" "{\"autoApproveTools\":$tools}" >/dev/null
-api PUT /api/assistants/conformance/mcp-servers "{\"serverIds\":[\"$id\"]}" >/dev/null
-api PUT /api/assistants/conformance/gateway '{"prefix":"never"}' >/dev/null
-token=$(api POST /api/assistants/conformance/gateway-tokens '{"name":"conformance"}' | json 'json.load(sys.stdin)["token"]')
-shim_port=$(free_port)
-TARGET="http://127.0.0.1:$pool_port/mcp/assistants/conformance" TOKEN=$token PORT=$shim_port \
-  node shim.mjs >"$work/shim.log" 2>&1 &
-pids+=($!)
-wait_port "$shim_port"
+gateway_for "{\"name\":\"everything\",\"baseUrl\":\"http://127.0.0.1:$server_port/mcp\"}"
 
 # HOLD=1: only print the two URLs and keep everything running (to run one scenario by
 # hand with the suite's --scenario); Ctrl-C ends it.

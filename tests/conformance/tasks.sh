@@ -19,30 +19,11 @@ fixture=${FIXTURE:-$(dirname "$pool")/mcp-fixture}
 source "$here/common.sh"
 suite_cli=(node "$here/node_modules/conformance-next/dist/index.js")
 
-pool_port=$(free_port)
-key=conformance-admin-key-0123456789abcdef
-(cd "$work" && MCP_POOL__SERVER__PORT=$pool_port MCP_POOL__GRPC__ENABLED=false \
-  MCP_POOL_ADMIN_KEY=$key RUST_LOG=${RUST_LOG:-warn} exec "$pool" serve) >"$work/pool.log" 2>&1 &
-pids+=($!)
+start_pool
 wait_port "$pool_port"
 
-api() {
-  curl -sf -X "$1" "http://127.0.0.1:$pool_port$2" -H "Authorization: Bearer $key" \
-    -H "X-User-Id: conformance" -H 'Content-Type: application/json' ${3:+-d "$3"}
-}
-json() { python3 -c "import json,sys; print($1)"; }
 api POST /admin/presets "{\"name\":\"tasks\",\"command\":\"$fixture\",\"args\":[\"stdio\",\"--task-tools\"]}" >/dev/null
-id=$(api POST /api/mcp-servers '{"name":"tasks","preset":"tasks"}' | json 'json.load(sys.stdin)["id"]')
-tools=$(api GET "/api/mcp-servers/$id/tools" | json 'json.dumps([t["name"] for t in json.load(sys.stdin)["tools"]])')
-api PUT "/api/mcp-servers/$id" "{\"autoApproveTools\":$tools}" >/dev/null
-api PUT /api/assistants/conformance/mcp-servers "{\"serverIds\":[\"$id\"]}" >/dev/null
-api PUT /api/assistants/conformance/gateway '{"prefix":"never"}' >/dev/null
-token=$(api POST /api/assistants/conformance/gateway-tokens '{"name":"conformance"}' | json 'json.load(sys.stdin)["token"]')
-shim_port=$(free_port)
-TARGET="http://127.0.0.1:$pool_port/mcp/assistants/conformance" TOKEN=$token PORT=$shim_port \
-  node shim.mjs >"$work/shim.log" 2>&1 &
-pids+=($!)
-wait_port "$shim_port"
+gateway_for '{"name":"tasks","preset":"tasks"}'
 if [ "${HOLD:-0}" = 1 ]; then
   echo "gateway: http://127.0.0.1:$shim_port/mcp"
   wait
