@@ -55,12 +55,25 @@ async fn ended(app: &TestApp, user: &str, id: &str) -> Value {
 }
 
 async fn cancellations_seen(app: &TestApp, user: &str, server: &str) -> String {
+    fixture_counter(app, user, server, "cancellations").await
+}
+
+/// Waits until a `slow` call has reached the fixture: a call cancelled before then is
+/// never seen cancelled by the server (the request was not sent yet).
+async fn until_running(app: &TestApp, user: &str, server: &str) {
+    eventually("the call reached the server", || async {
+        fixture_counter(app, user, server, "running").await == "1"
+    })
+    .await;
+}
+
+async fn fixture_counter(app: &TestApp, user: &str, server: &str, counter: &str) -> String {
     let read = app
         .user(
             user,
             Method::POST,
             &format!("/api/mcp-servers/{server}/resources/read"),
-            Some(json!({"uri": "fixture://cancellations"})),
+            Some(json!({"uri": format!("fixture://{counter}")})),
         )
         .await;
     read.body["contents"][0]["text"]
@@ -195,6 +208,7 @@ async fn cancelling_a_task_stops_its_call_and_the_task_stays_cancelled() {
 
     let started = call_async(&app, "u", &server, "slow", json!({"ms": 1500})).await;
     let id = started.body["taskId"].as_str().unwrap().to_owned();
+    until_running(&app, "u", &server).await;
     let cancelled = app
         .user("u", Method::DELETE, &format!("/api/tasks/{id}"), None)
         .await;
@@ -275,8 +289,10 @@ async fn a_task_is_read_and_cancelled_through_another_instance() {
     let app = spawn_pool_app().await;
     let server = app.stdio_fixture_ok("u").await;
     let other = app.another_instance().await;
-    let started = call_async(&app, "u", &server, "slow", json!({"ms": 2000})).await;
+    // Long enough that a loaded machine cannot end the call before the cancel reaches it.
+    let started = call_async(&app, "u", &server, "slow", json!({"ms": 4000})).await;
     let id = started.body["taskId"].as_str().unwrap().to_owned();
+    until_running(&app, "u", &server).await;
     let seen = task(&other, "u", &id).await;
     assert_eq!(seen.body["status"], "working", "{}", seen.text);
     let cancelled = other
@@ -289,8 +305,10 @@ async fn a_task_is_read_and_cancelled_through_another_instance() {
             cancellations_seen(&app, "u", &server).await == "1"
         })
         .await;
+    } else {
+        // Without notes the call runs to its end, which must not undo the cancel.
+        tokio::time::sleep(Duration::from_millis(4300)).await;
     }
-    tokio::time::sleep(Duration::from_millis(2300)).await;
     assert_eq!(task(&app, "u", &id).await.body["status"], "cancelled");
 }
 
@@ -622,7 +640,7 @@ async fn a_call_cancelled_while_answered_inline_stops_and_leaves_no_task() {
         .send_cancellable_request(request, rmcp::service::PeerRequestOptions::no_options())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_running(&app, "u", &server).await;
     handle.cancel(None).await.unwrap();
     eventually("the server saw the call cancelled", || async {
         cancellations_seen(&app, "u", &server).await == "1"
