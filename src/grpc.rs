@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::app::Services;
-use crate::domain::{AssistantId, TaskOrigin, UserId};
+use crate::domain::{AssistantId, CallOrigin, CallVia, UserId};
 use crate::error::Error;
 use crate::security::bearer_token;
 use crate::services::{ModelToolCall, Principal};
@@ -230,7 +230,9 @@ impl McpPool for GrpcApi {
         &self,
         request: Request<proto::CallToolRequest>,
     ) -> Result<Response<proto::CallToolResponse>, Status> {
-        let user = self.user(&request).await?;
+        let (user, principal) = self.caller(&request).await?;
+        let who = CallOrigin::new(CallVia::Grpc)
+            .with_key(principal.key_id, principal.admin_key().is_some());
         let call = request.into_inner();
         let arguments = arguments(&call.arguments_json)?;
         if call.message_id.is_empty() && call.as_task {
@@ -244,7 +246,7 @@ impl McpPool for GrpcApi {
                     &call.server_id,
                     &call.tool_name,
                     arguments,
-                    TaskOrigin::Grpc,
+                    who,
                 )
                 .await
                 .map_err(|e| status::from_error(&e))?;
@@ -259,7 +261,14 @@ impl McpPool for GrpcApi {
             let report = self
                 .services
                 .upstream
-                .call_tool(&user, &call.server_id, &call.tool_name, arguments, None)
+                .call_tool(
+                    &user,
+                    &call.server_id,
+                    &call.tool_name,
+                    arguments,
+                    None,
+                    who,
+                )
                 .await
                 .map_err(|e| status::from_error(&e))?;
             let result = &report.outcome.result;
@@ -288,6 +297,7 @@ impl McpPool for GrpcApi {
                     name: call.tool_name,
                     arguments,
                 }],
+                who,
             )
             .await
             .map_err(|e| status::from_error(&e))?;

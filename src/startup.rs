@@ -155,6 +155,7 @@ impl Application {
         let confirmations = self.state.services.confirmations.clone();
         let bridges = self.state.services.xiaozhi.clone();
         let cluster = self.state.services.cluster.clone();
+        let audit = self.state.services.audit.clone();
         self.state
             .services
             .start_cluster_duties(self.shutdown.child_token());
@@ -218,6 +219,8 @@ impl Application {
         confirmations.shutdown().await;
         // Every connection actor closes its session; stdio children are killed and reaped.
         pool.shutdown().await;
+        // Every call has ended: its audit row goes to the database (or waits in the journal).
+        audit.shutdown().await;
         cluster.leave().await;
         store.close().await;
         tracing::info!("mcp-pool stopped");

@@ -19,6 +19,7 @@ mod m20261129_000011_audit_console;
 mod m20261130_000012_verified_registrations;
 mod m20261130_000013_console_signouts;
 mod m20261201_000014_tasks;
+mod m20261202_000015_audit_every_call;
 
 pub struct Migrator;
 
@@ -40,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000012_verified_registrations::Migration),
             Box::new(m20261130_000013_console_signouts::Migration),
             Box::new(m20261201_000014_tasks::Migration),
+            Box::new(m20261202_000015_audit_every_call::Migration),
         ]
     }
 }

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::UserId;
+use crate::domain::{CallOrigin, CallVia, UserId};
 use crate::error::Error;
 use crate::security::{ApiKeyRole, bearer_token};
 use crate::services::{GatewayPrincipal, Principal, console_csrf};
@@ -23,6 +23,13 @@ pub struct UserContext {
     pub user: UserId,
     /// The key acting for the user: an admin's acts are audit-logged as theirs.
     pub principal: Principal,
+}
+
+impl UserContext {
+    /// Who asked, as a call's audit row says: the key, marked when it is an admin's.
+    pub fn origin(&self, via: CallVia) -> CallOrigin {
+        CallOrigin::new(via).with_key(self.principal.key_id, self.principal.admin_key().is_some())
+    }
 }
 
 /// A request made with an admin key.

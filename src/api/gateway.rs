@@ -179,6 +179,7 @@ async fn settings_view(
         assistant: assistant.clone(),
         channel: crate::services::GatewayChannel::Mcp,
         older_client: false,
+        credential: None,
     };
     let tools = state.services.gateway.tools(&principal).await?;
     Ok(json!({
@@ -327,6 +328,8 @@ struct PutBridge {
 
 fn bridge_view(bridge: &XiaozhiBridge, status: &BridgeStatus) -> Value {
     json!({
+        // What the audit rows of the bridge's calls name as their key.
+        "id": bridge.id,
         "assistantId": bridge.assistant_id.as_str(),
         "endpoint": redacted(&bridge.endpoint),
         "enabled": bridge.enabled,

@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::external_id::ExternalId;
 use super::extract::{Json, Path, Query};
 use crate::confirm::Waited;
-use crate::domain::{AssistantId, ToolCallRecord};
+use crate::domain::{AssistantId, CallVia, ToolCallRecord};
 use crate::error::Error;
 use crate::services::ModelToolCall;
 
@@ -81,7 +81,14 @@ async fn tool_calls(
         .transpose()?;
     let service = &state.services.tool_calls;
     let records = service
-        .submit(&ctx.user, &id, &assistant, conversation, request.calls)
+        .submit(
+            &ctx.user,
+            &id,
+            &assistant,
+            conversation,
+            request.calls,
+            ctx.origin(CallVia::Chat),
+        )
         .await?;
     let Some(seconds) = query.wait else {
         return Ok((StatusCode::ACCEPTED, body(&id, &records)));

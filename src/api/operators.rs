@@ -4,8 +4,12 @@
 //! calls). The console draws these; they are plain admin API for anyone else.
 
 use axum::Json as JsonResponse;
+use axum::body::Body;
 use axum::extract::State;
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -18,13 +22,16 @@ use super::error::ApiError;
 use super::external_id::ExternalId;
 use super::extract::{Path, Query};
 use crate::domain::{ToolCallRecord, UserId};
+use crate::error::Error;
 use crate::metrics::RecentSlot;
 use crate::services::operators::{AuditQuery, UserOverview};
+use crate::store::AuditRow;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(user))
         .routes(routes!(audit))
+        .routes(routes!(audit_row))
         .routes(routes!(instances))
         .routes(routes!(recent_calls))
 }
@@ -129,6 +136,13 @@ struct AuditParams {
     user_id: Option<String>,
     /// Only this server's rows (its id).
     server_id: Option<String>,
+    /// Only rows of servers of this name.
+    server: Option<String>,
+    /// Only calls that came in by this door: `rest`, `chat`, `gateway`, `xiaozhi`, `grpc`.
+    via: Option<String>,
+    /// `json` (a page, the default), or every matching row as `ndjson` or `csv` (a
+    /// download; `page` and `pageSize` do not apply).
+    format: Option<String>,
     /// Only calls of this tool (its name on the server).
     tool: Option<String>,
     /// `done`, `error`, `cancelled` (calls), `approved`, `rejected` (admin decisions).
@@ -152,12 +166,54 @@ struct AuditEntryView {
     server_name: String,
     tool_name: String,
     message_id: Option<String>,
+    /// `done`, `error`, `cancelled` for a call; `approved`, `rejected` for a decision.
     outcome: String,
     error_code: Option<String>,
+    /// Why the call failed, in words.
+    error_message: Option<String>,
     latency_ms: Option<i64>,
     /// The admin key that approved or rejected the call for its user.
     decided_by: Option<String>,
+    /// The door a call came in by: `rest`, `chat`, `gateway`, `xiaozhi`, `grpc`.
+    via: Option<String>,
+    /// The API key or gateway token (or Xiaozhi bridge) it came with.
+    key_id: Option<String>,
+    /// `keyId` is an admin's key acting for the user.
+    by_admin: bool,
+    /// The instance that ran it.
+    instance_id: Option<String>,
     created_at: DateTime<Utc>,
+    /// Only in `/admin/audit/{id}` and exports: the arguments and result as the
+    /// redaction rule left them (README, "Audit log").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<String>,
+}
+
+impl AuditEntryView {
+    fn new(row: AuditRow, details: bool) -> Self {
+        Self {
+            id: row.id.to_string(),
+            user_id: row.user_id,
+            server_id: row.server_id.map(|s| s.to_string()),
+            server_name: row.server_name,
+            tool_name: row.tool_name,
+            message_id: row.message_id.map(|m| m.to_string()),
+            outcome: row.outcome,
+            error_code: row.error_code,
+            error_message: row.error_message,
+            latency_ms: row.latency_ms,
+            decided_by: row.decided_by,
+            via: row.via,
+            key_id: row.key_id,
+            by_admin: row.by_admin,
+            instance_id: row.instance_id.map(|i| i.to_string()),
+            created_at: row.created_at,
+            arguments: row.arguments.filter(|_| details),
+            result: row.result.filter(|_| details),
+        }
+    }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -169,51 +225,171 @@ struct AuditPageView {
     total: u64,
 }
 
-/// The audit log, newest first: executed tool calls (never their arguments) and admins'
-/// decisions on users' calls.
+/// The audit log, newest first: every tool call on every path (with who, the door, the
+/// outcome and its error) and admins' decisions on users' calls. `format=ndjson` or
+/// `format=csv` downloads every matching row instead of a page.
 #[utoipa::path(get, path = "/admin/audit", tag = "admin",
     params(AuditParams), responses((status = OK, body = AuditPageView)))]
 async fn audit(
     State(state): State<AppState>,
     _admin: AdminContext,
     Query(params): Query<AuditParams>,
-) -> Result<JsonResponse<AuditPageView>, ApiError> {
-    let page = state
-        .services
-        .operators
-        .audit(AuditQuery {
-            user_id: params.user_id,
-            server_id: params.server_id,
-            tool: params.tool,
-            outcome: params.outcome,
-            from: params.from,
-            to: params.to,
-            page: params.page,
-            page_size: params.page_size,
+) -> Result<Response, ApiError> {
+    let query = AuditQuery {
+        user_id: params.user_id,
+        server_id: params.server_id,
+        server: params.server,
+        via: params.via,
+        tool: params.tool,
+        outcome: params.outcome,
+        from: params.from,
+        to: params.to,
+        page: params.page,
+        page_size: params.page_size,
+    };
+    let operators = &state.services.operators;
+    let export = match params.format.as_deref() {
+        None | Some("json") => None,
+        Some("ndjson") => Some(Export::Ndjson),
+        Some("csv") => Some(Export::Csv),
+        Some(_) => return Err(Error::validation("format must be json, ndjson or csv").into()),
+    };
+    let Some(export) = export else {
+        let page = operators.audit(query).await?;
+        return Ok(JsonResponse(AuditPageView {
+            entries: page
+                .rows
+                .into_iter()
+                .map(|row| AuditEntryView::new(row, false))
+                .collect(),
+            page: page.page,
+            page_size: page.page_size,
+            total: page.total,
         })
-        .await?;
-    Ok(JsonResponse(AuditPageView {
-        entries: page
-            .rows
-            .into_iter()
-            .map(|row| AuditEntryView {
-                id: row.id.to_string(),
-                user_id: row.user_id,
-                server_id: row.server_id.map(|s| s.to_string()),
-                server_name: row.server_name,
-                tool_name: row.tool_name,
-                message_id: row.message_id.map(|m| m.to_string()),
-                outcome: row.outcome,
-                error_code: row.error_code,
-                latency_ms: row.latency_ms,
-                decided_by: row.decided_by,
-                created_at: row.created_at,
-            })
-            .collect(),
-        page: page.page,
-        page_size: page.page_size,
-        total: page.total,
-    }))
+        .into_response());
+    };
+    let pages = operators.audit_export(query).await?;
+    let mut first = true;
+    let body = pages.map(move |page| {
+        let rows = page.map_err(|e| {
+            // Headers are gone: the download ends short, and the log says why.
+            tracing::error!(error = %e, "an audit export stopped");
+            std::io::Error::other(e.to_string())
+        })?;
+        let chunk = export.chunk(rows, first);
+        first = false;
+        chunk
+    });
+    Ok((
+        [
+            (CONTENT_TYPE, export.content_type()),
+            (CONTENT_DISPOSITION, export.disposition()),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// A download of the audit log.
+#[derive(Clone, Copy)]
+enum Export {
+    Ndjson,
+    Csv,
+}
+
+/// The columns of a CSV export, in order.
+const CSV_COLUMNS: [&str; 18] = [
+    "id",
+    "createdAt",
+    "userId",
+    "serverId",
+    "serverName",
+    "toolName",
+    "messageId",
+    "outcome",
+    "errorCode",
+    "errorMessage",
+    "latencyMs",
+    "decidedBy",
+    "via",
+    "keyId",
+    "byAdmin",
+    "instanceId",
+    "arguments",
+    "result",
+];
+
+impl Export {
+    fn content_type(self) -> &'static str {
+        match self {
+            Export::Ndjson => "application/x-ndjson",
+            Export::Csv => "text/csv; charset=utf-8",
+        }
+    }
+
+    fn disposition(self) -> &'static str {
+        match self {
+            Export::Ndjson => "attachment; filename=\"audit.ndjson\"",
+            Export::Csv => "attachment; filename=\"audit.csv\"",
+        }
+    }
+
+    fn chunk(self, rows: Vec<AuditRow>, first: bool) -> std::io::Result<Vec<u8>> {
+        match self {
+            Export::Ndjson => {
+                let mut out = Vec::new();
+                for row in rows {
+                    serde_json::to_writer(&mut out, &AuditEntryView::new(row, true))?;
+                    out.push(b'\n');
+                }
+                Ok(out)
+            }
+            Export::Csv => {
+                let mut csv = csv::Writer::from_writer(Vec::new());
+                if first {
+                    csv.write_record(CSV_COLUMNS)?;
+                }
+                for row in rows {
+                    let optional = |v: Option<String>| v.unwrap_or_default();
+                    csv.write_record([
+                        row.id.to_string(),
+                        row.created_at.to_rfc3339(),
+                        row.user_id,
+                        optional(row.server_id.map(|s| s.to_string())),
+                        row.server_name,
+                        row.tool_name,
+                        optional(row.message_id.map(|m| m.to_string())),
+                        row.outcome,
+                        optional(row.error_code),
+                        optional(row.error_message),
+                        optional(row.latency_ms.map(|l| l.to_string())),
+                        optional(row.decided_by),
+                        optional(row.via),
+                        optional(row.key_id),
+                        row.by_admin.to_string(),
+                        optional(row.instance_id.map(|i| i.to_string())),
+                        optional(row.arguments),
+                        optional(row.result),
+                    ])?;
+                }
+                csv.into_inner()
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            }
+        }
+    }
+}
+
+/// One audit row with what it kept of the call's arguments and result.
+#[utoipa::path(get, path = "/admin/audit/{id}", tag = "admin",
+    params(("id" = String, Path, description = "The row's id")),
+    responses((status = OK, body = AuditEntryView), (status = NOT_FOUND, description = "AUDIT_ROW_NOT_FOUND")))]
+async fn audit_row(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<AuditEntryView>, ApiError> {
+    let row = state.services.operators.audit_row(&id).await?;
+    Ok(JsonResponse(AuditEntryView::new(row, true)))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -28,7 +28,7 @@ use super::auth::UserContext;
 use super::connections::ConnectionView;
 use super::error::ApiError;
 use super::extract::{Json, Path};
-use crate::domain::TaskOrigin;
+use crate::domain::CallVia;
 use crate::domain::tool_name::display_name;
 use crate::error::Error;
 use crate::services::tasks::task_json;
@@ -149,7 +149,7 @@ async fn call_tool(
                 &id,
                 &tool,
                 body.arguments,
-                TaskOrigin::Rest,
+                ctx.origin(CallVia::Rest),
             )
             .await?;
         let location = format!("/api/tasks/{}", task.id);
@@ -174,7 +174,14 @@ async fn call_tool(
         let report = state
             .services
             .upstream
-            .call_tool(&ctx.user, &id, &tool, body.arguments, None)
+            .call_tool(
+                &ctx.user,
+                &id,
+                &tool,
+                body.arguments,
+                None,
+                ctx.origin(CallVia::Rest),
+            )
             .await?;
         return Ok(JsonResponse(call_body(&report)).into_response());
     }
@@ -184,6 +191,7 @@ async fn call_tool(
     let call = AbortOnDropHandle::new(tokio::spawn(async move {
         let caller = Caller {
             live: Some(&progress_tx),
+            origin: ctx.origin(CallVia::Rest),
             ..Caller::default()
         };
         state

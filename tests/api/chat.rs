@@ -34,7 +34,7 @@ fn chat_body(message: &str) -> Value {
 }
 
 /// A chat response read as server-sent events.
-struct ChatStream {
+pub(crate) struct ChatStream {
     events: std::pin::Pin<
         Box<dyn futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
     >,
@@ -42,7 +42,7 @@ struct ChatStream {
 }
 
 impl ChatStream {
-    async fn open(app: &TestApp, user: &str, body: Value) -> Self {
+    pub(crate) async fn open(app: &TestApp, user: &str, body: Value) -> Self {
         let response = app
             .request(Method::POST, "/api/chat")
             .bearer_auth(&app.service_key)
@@ -82,7 +82,7 @@ impl ChatStream {
     }
 
     /// Reads until the turn ends; returns the final event.
-    async fn finish(&mut self) -> (String, Value) {
+    pub(crate) async fn finish(&mut self) -> (String, Value) {
         while let Some((name, data)) = self.next().await {
             if name == "message.completed" || name == "chat.error" {
                 return (name, data);

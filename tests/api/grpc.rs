@@ -20,7 +20,7 @@ async fn setup(app: &TestApp) -> String {
     app.fixture_for_a1(&["echo"]).await
 }
 
-async fn client(app: &TestApp) -> McpPoolClient<Channel> {
+pub(crate) async fn client(app: &TestApp) -> McpPoolClient<Channel> {
     McpPoolClient::connect(app.grpc_address.clone())
         .await
         .expect("the gRPC port answers")

@@ -6,6 +6,7 @@
 
 mod assistant_tools;
 mod assistants;
+mod audit;
 mod auth;
 mod chat;
 mod cli;

@@ -69,8 +69,9 @@ async fn auto_approved_calls_run_at_once_and_are_stored() {
         &stored, call,
         "GET /api/messages/{{id}} returns the stored record"
     );
-    let audited = app.raw_column("audit_log", "tool_name").await;
-    assert_eq!(audited, vec!["echo".to_owned()]);
+    let audit = app.admin(Method::GET, "/admin/audit?userId=u", None).await;
+    assert_eq!(audit.body["total"], 1, "{}", audit.text);
+    assert_eq!(audit.body["entries"][0]["toolName"], "echo");
 }
 
 #[tokio::test]
@@ -201,7 +202,8 @@ async fn of_concurrent_approvals_exactly_one_wins() {
         app.call_record(&message, "c1").await["status"] == "done"
     })
     .await;
-    assert_eq!(app.raw_column("audit_log", "tool_name").await.len(), 1);
+    let audit = app.admin(Method::GET, "/admin/audit?userId=u", None).await;
+    assert_eq!(audit.body["total"], 1, "ran once, one row: {}", audit.text);
 }
 
 #[tokio::test]

@@ -12,10 +12,10 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::helpers::{TestApp, spawn_pool_app_with};
 use crate::upstreams::{eventually, fixture_preset};
 
-type Socket = WebSocketStream<TcpStream>;
+pub(crate) type Socket = WebSocketStream<TcpStream>;
 
 /// Waits for the bridge to dial in.
-async fn accept(listener: &TcpListener) -> Socket {
+pub(crate) async fn accept(listener: &TcpListener) -> Socket {
     let (stream, _) = tokio::time::timeout(Duration::from_secs(15), listener.accept())
         .await
         .expect("the bridge connects")
@@ -24,7 +24,7 @@ async fn accept(listener: &TcpListener) -> Socket {
 }
 
 /// Sends a JSON-RPC request and reads frames until its answer.
-async fn request(socket: &mut Socket, id: u64, method: &str, params: Value) -> Value {
+pub(crate) async fn request(socket: &mut Socket, id: u64, method: &str, params: Value) -> Value {
     let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     socket
         .send(Message::text(message.to_string()))
@@ -45,7 +45,7 @@ async fn request(socket: &mut Socket, id: u64, method: &str, params: Value) -> V
     }
 }
 
-async fn initialize(socket: &mut Socket) -> Value {
+pub(crate) async fn initialize(socket: &mut Socket) -> Value {
     let answer = request(
         socket,
         1,

@@ -47,6 +47,24 @@ pub struct Settings {
     pub sampling: SamplingTimeouts,
     pub console: ConsoleSettings,
     pub tasks: TaskSettings,
+    pub audit: AuditSettings,
+}
+
+/// The audit log (see `services::audit`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Write rows at all (off only to measure what the audit costs, or where another
+    /// system keeps the record).
+    pub enabled: bool,
+    /// Keep each call's arguments and result (redacted and cut) in its row.
+    pub record_details: bool,
+    /// What a row keeps of arguments, and of a result, at most.
+    pub max_detail_bytes: usize,
+    /// Rows older than this many days are dropped (0 keeps them all).
+    pub retention_days: u64,
+    /// How often journaled rows are written to the database.
+    pub flush_ms: u64,
 }
 
 /// Tool calls run as tasks (see `services::tasks`).
@@ -377,7 +395,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 34] = [
+        let positive: [(&'static str, u64); 36] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             (
@@ -454,6 +472,8 @@ impl Settings {
             ("tasks.ttl_secs", self.tasks.ttl_secs),
             ("tasks.call_timeout_secs", self.tasks.call_timeout_secs),
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
+            ("audit.max_detail_bytes", self.audit.max_detail_bytes as u64),
+            ("audit.flush_ms", self.audit.flush_ms),
         ];
         for (key, value) in positive {
             if value == 0 {

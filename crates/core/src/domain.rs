@@ -3,6 +3,7 @@
 //! Everything here is parsed at the edge and valid afterwards; nothing here knows HTTP,
 //! JSON field names or the database.
 
+mod call_origin;
 mod ids;
 mod preset;
 mod secret_map;
@@ -12,6 +13,7 @@ mod task;
 mod tool_call;
 pub mod tool_name;
 
+pub use call_origin::{CallOrigin, CallVia};
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};

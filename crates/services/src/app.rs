@@ -17,9 +17,9 @@ use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::services::assistants::BindingCache;
 use crate::services::{
-    AssistantService, GatewayService, GlobalServers, KeyService, OAuthService, OperatorService,
-    PresetService, RateLimits, ServerService, Tasks, ToolCallService, UpstreamService,
-    elicitations, sampling, server_logs, tool_calls, upstream,
+    AssistantService, AuditTrail, GatewayService, GlobalServers, KeyService, OAuthService,
+    OperatorService, PresetService, RateLimits, ServerService, Tasks, ToolCallService,
+    UpstreamService, elicitations, sampling, server_logs, tool_calls, upstream,
 };
 use crate::store::Store;
 
@@ -42,6 +42,8 @@ pub struct Services {
     pub xiaozhi: XiaozhiBridges,
     pub confirmations: Confirmations,
     pub tasks: Tasks,
+    /// Every tool call's audit row, journaled and written in batches.
+    pub audit: AuditTrail,
     pub events: Arc<EventHub>,
     pub pool: Pool,
     pub cluster: Cluster,
@@ -76,6 +78,12 @@ impl Services {
         );
         server_logs::relay(&pool, events.clone());
         let rate_limits = Arc::new(RateLimits::new(&settings.limits));
+        let audit = AuditTrail::start(
+            store.clone(),
+            settings.audit.clone(),
+            &settings.storage.data_dir,
+            cluster.me(),
+        );
         let park_limits = crate::services::ParkLimits {
             per_user: settings.elicitation.max_open_per_user as usize,
             per_server: settings.elicitation.max_open_per_server as usize,
@@ -111,6 +119,7 @@ impl Services {
                 oauth: oauth.clone(),
                 elicitations: elicitations.clone(),
                 rate_limits,
+                audit: audit.clone(),
             },
         );
         let confirmations = Confirmations::start(ConfirmDeps {
@@ -150,7 +159,7 @@ impl Services {
             url_policy.clone(),
             cluster.clone(),
         );
-        let operators = OperatorService::new(store.clone(), cluster.clone());
+        let operators = OperatorService::new(store.clone(), cluster.clone(), audit.clone());
         Ok(Self {
             chat,
             gateway,
@@ -172,8 +181,10 @@ impl Services {
                 settings.clone(),
                 upstream.clone(),
                 confirmations.clone(),
+                audit.clone(),
             ),
             upstream,
+            audit,
             confirmations,
             tasks,
             events,

@@ -69,6 +69,8 @@ pub struct Execution {
     pub arguments: Value,
     /// The conversation or gateway session whose upstream sessions it uses.
     pub scope: Option<Arc<str>>,
+    /// Who submitted it, for its audit row.
+    pub origin: crate::domain::CallOrigin,
 }
 
 /// Everything an actor needs besides its records.
@@ -247,6 +249,7 @@ impl Confirmations {
         conversation: Option<Uuid>,
         scope: Option<Arc<str>>,
         calls: Vec<ToolCallRecord>,
+        origin: crate::domain::CallOrigin,
     ) -> Result<Vec<ToolCallRecord>> {
         let span = tracing::Span::current();
         let scope = scope.or_else(|| conversation.map(|c| Arc::from(c.to_string())));
@@ -254,6 +257,7 @@ impl Confirmations {
             conversation,
             scope: scope.clone(),
             calls: calls.clone(),
+            origin,
             reply,
             span: span.clone(),
         })

@@ -35,6 +35,8 @@ pub enum Resource {
     SamplingRequest,
     /// A tool call run as a task.
     Task,
+    /// A row of the audit log.
+    AuditRow,
 }
 
 impl Resource {
@@ -56,6 +58,7 @@ impl Resource {
             Resource::Elicitation => "ELICITATION_NOT_FOUND",
             Resource::SamplingRequest => "SAMPLING_REQUEST_NOT_FOUND",
             Resource::Task => "TASK_NOT_FOUND",
+            Resource::AuditRow => "AUDIT_ROW_NOT_FOUND",
         }
     }
 
@@ -77,6 +80,7 @@ impl Resource {
             Resource::Elicitation => "elicitation",
             Resource::SamplingRequest => "sampling request",
             Resource::Task => "task",
+            Resource::AuditRow => "audit row",
         }
     }
 }

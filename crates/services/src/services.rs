@@ -5,6 +5,7 @@
 //! nor SQL.
 
 pub(crate) mod assistants;
+pub mod audit;
 mod authenticator;
 pub mod elicitations;
 mod gateway;
@@ -24,6 +25,7 @@ pub(crate) mod tool_calls;
 pub(crate) mod upstream;
 
 pub use assistants::AssistantService;
+pub use audit::AuditTrail;
 pub use gateway::{GatewayChannel, GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{ConsoleSession, KeyService, Principal, console_csrf};

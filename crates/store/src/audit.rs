@@ -35,46 +35,158 @@ impl AuditOutcome {
     }
 }
 
-/// One audit row to write.
-#[derive(Clone)]
+/// One audit row, as written and as read: what a call's journal line holds too (see
+/// `services::audit`), so a row replayed after a crash is the row it would have been.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
-    pub user_id: UserId,
-    pub server_id: Option<Uuid>,
-    pub server_name: String,
-    pub tool_name: String,
-    pub message_id: Option<Uuid>,
-    pub outcome: AuditOutcome,
-    pub error_code: Option<String>,
-    pub latency_ms: Option<i64>,
-    /// The admin key that decided, for [`AuditOutcome::Approved`]/[`AuditOutcome::Rejected`].
-    pub decided_by: Option<Uuid>,
-}
-
-/// One audit row as read.
-#[derive(Debug, Clone)]
-pub struct AuditRow {
+    /// Made with the row, so writing it twice (a replayed journal) keeps one.
     pub id: Uuid,
+    pub created_at: DateTime<Utc>,
     pub user_id: String,
     pub server_id: Option<Uuid>,
     pub server_name: String,
     pub tool_name: String,
     pub message_id: Option<Uuid>,
+    /// An executed call's status (`done`, `error`, …), or `approved`/`rejected` for an
+    /// admin's decision (see [`AuditOutcome`]).
     pub outcome: String,
     pub error_code: Option<String>,
+    pub error_message: Option<String>,
     pub latency_ms: Option<i64>,
+    /// The admin key that approved or rejected the call for its user.
     pub decided_by: Option<String>,
-    pub created_at: DateTime<Utc>,
+    /// The door the call came in by (`CallVia`).
+    pub via: Option<String>,
+    /// The API key or gateway token the call came with.
+    pub key_id: Option<String>,
+    /// `key_id` is an admin's key acting for the user.
+    pub by_admin: bool,
+    pub instance_id: Option<Uuid>,
+    /// The call's arguments and result as the redaction rule leaves them.
+    pub arguments: Option<String>,
+    pub result: Option<String>,
 }
+
+impl AuditEntry {
+    /// A row of `user` made now; the caller fills in the rest.
+    pub fn new(user: &UserId, outcome: AuditOutcome, server_name: &str, tool_name: &str) -> Self {
+        Self {
+            id: Uuid::now_v7(),
+            created_at: crate::domain::now(),
+            user_id: user.as_str().to_owned(),
+            server_id: None,
+            server_name: server_name.to_owned(),
+            tool_name: tool_name.to_owned(),
+            message_id: None,
+            outcome: outcome.as_str().to_owned(),
+            error_code: None,
+            error_message: None,
+            latency_ms: None,
+            decided_by: None,
+            via: None,
+            key_id: None,
+            by_admin: false,
+            instance_id: None,
+            arguments: None,
+            result: None,
+        }
+    }
+
+    fn into_model(self) -> audit_entry::ActiveModel {
+        audit_entry::ActiveModel {
+            id: Set(self.id),
+            user_id: Set(self.user_id),
+            mcp_server_id: Set(self.server_id),
+            server_name: Set(self.server_name),
+            tool_name: Set(self.tool_name),
+            message_id: Set(self.message_id),
+            status: Set(self.outcome),
+            error_code: Set(self.error_code),
+            latency_ms: Set(self.latency_ms),
+            decided_by: Set(self.decided_by),
+            created_at: Set(self.created_at),
+            via: Set(self.via),
+            key_id: Set(self.key_id),
+            by_admin: Set(self.by_admin),
+            instance_id: Set(self.instance_id),
+            arguments: Set(self.arguments),
+            result: Set(self.result),
+            error_message: Set(self.error_message),
+        }
+    }
+
+    fn from_model(row: audit_entry::Model) -> Self {
+        Self {
+            id: row.id,
+            created_at: row.created_at,
+            user_id: row.user_id,
+            server_id: row.mcp_server_id,
+            server_name: row.server_name,
+            tool_name: row.tool_name,
+            message_id: row.message_id,
+            outcome: row.status,
+            error_code: row.error_code,
+            error_message: row.error_message,
+            latency_ms: row.latency_ms,
+            decided_by: row.decided_by,
+            via: row.via,
+            key_id: row.key_id,
+            by_admin: row.by_admin,
+            instance_id: row.instance_id,
+            arguments: row.arguments,
+            result: row.result,
+        }
+    }
+}
+
+/// One audit row as read.
+pub type AuditRow = AuditEntry;
 
 /// Which rows, newest first; every field narrows.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     pub user_id: Option<String>,
     pub server_id: Option<Uuid>,
+    /// The server's name (as it was when the call ran).
+    pub server_name: Option<String>,
     pub tool_name: Option<String>,
     pub outcome: Option<String>,
+    pub via: Option<String>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
+}
+
+impl AuditFilter {
+    fn condition(&self) -> Condition {
+        let filter = self;
+        let mut condition = Condition::all();
+        if let Some(user) = &filter.user_id {
+            condition = condition.add(audit_entry::Column::UserId.eq(user.as_str()));
+        }
+        if let Some(server) = filter.server_id {
+            condition = condition.add(audit_entry::Column::McpServerId.eq(server));
+        }
+        if let Some(name) = &filter.server_name {
+            condition = condition.add(audit_entry::Column::ServerName.eq(name.as_str()));
+        }
+        if let Some(via) = &filter.via {
+            condition = condition.add(audit_entry::Column::Via.eq(via.as_str()));
+        }
+        if let Some(tool) = &filter.tool_name {
+            condition = condition.add(audit_entry::Column::ToolName.eq(tool.as_str()));
+        }
+        if let Some(outcome) = &filter.outcome {
+            condition = condition.add(audit_entry::Column::Status.eq(outcome.as_str()));
+        }
+        if let Some(from) = filter.from {
+            condition = condition.add(audit_entry::Column::CreatedAt.gte(from));
+        }
+        if let Some(to) = filter.to {
+            condition = condition.add(audit_entry::Column::CreatedAt.lt(to));
+        }
+        condition
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -90,19 +202,7 @@ impl AuditRepo {
     /// Appends the row; on the SQLite file in a transaction it may share with other
     /// writes queued at the same moment (see `group_commit`).
     pub async fn record(&self, entry: AuditEntry) -> Result<(), StoreError> {
-        let row = audit_entry::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            user_id: Set(entry.user_id.as_str().to_owned()),
-            mcp_server_id: Set(entry.server_id),
-            server_name: Set(entry.server_name),
-            tool_name: Set(entry.tool_name),
-            message_id: Set(entry.message_id),
-            status: Set(entry.outcome.as_str().to_owned()),
-            error_code: Set(entry.error_code),
-            latency_ms: Set(entry.latency_ms),
-            decided_by: Set(entry.decided_by.map(|id| id.to_string())),
-            created_at: Set(crate::domain::now()),
-        };
+        let row = entry.into_model();
         if self.db.grouped_writes.is_grouped() {
             self.db.grouped_writes.apply(AuditWrite(row)).await?;
         } else {
@@ -114,6 +214,52 @@ impl AuditRepo {
         Ok(())
     }
 
+    /// Appends rows in one statement; a row whose id is there already is skipped (a
+    /// journal replayed after a crash writes each row once).
+    pub async fn record_many(&self, entries: Vec<AuditEntry>) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        audit_entry::Entity::insert_many(entries.into_iter().map(AuditEntry::into_model))
+            .on_conflict_do_nothing_on([audit_entry::Column::Id])
+            .exec_without_returning(self.db.writer()?)
+            .await?;
+        Ok(())
+    }
+
+    /// One row, by id.
+    pub async fn get(&self, id: Uuid) -> Result<Option<AuditRow>, StoreError> {
+        Ok(audit_entry::Entity::find_by_id(id)
+            .one(self.db.reader()?)
+            .await?
+            .map(AuditEntry::from_model))
+    }
+
+    /// Drops up to `limit` rows older than `cutoff`, oldest first; how many went.
+    pub async fn delete_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<u64, StoreError> {
+        let ids: Vec<Uuid> = audit_entry::Entity::find()
+            .select_only()
+            .column(audit_entry::Column::Id)
+            .filter(audit_entry::Column::CreatedAt.lt(cutoff))
+            .order_by_asc(audit_entry::Column::CreatedAt)
+            .limit(limit)
+            .into_tuple()
+            .all(self.db.reader()?)
+            .await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let gone = audit_entry::Entity::delete_many()
+            .filter(audit_entry::Column::Id.is_in(ids))
+            .exec(self.db.writer()?)
+            .await?;
+        Ok(gone.rows_affected)
+    }
+
     /// One page of the rows `filter` keeps (newest first), and how many it keeps in all.
     pub async fn page(
         &self,
@@ -121,26 +267,7 @@ impl AuditRepo {
         page: u64,
         page_size: u64,
     ) -> Result<(Vec<AuditRow>, u64), StoreError> {
-        let mut condition = Condition::all();
-        if let Some(user) = &filter.user_id {
-            condition = condition.add(audit_entry::Column::UserId.eq(user.as_str()));
-        }
-        if let Some(server) = filter.server_id {
-            condition = condition.add(audit_entry::Column::McpServerId.eq(server));
-        }
-        if let Some(tool) = &filter.tool_name {
-            condition = condition.add(audit_entry::Column::ToolName.eq(tool.as_str()));
-        }
-        if let Some(outcome) = &filter.outcome {
-            condition = condition.add(audit_entry::Column::Status.eq(outcome.as_str()));
-        }
-        if let Some(from) = filter.from {
-            condition = condition.add(audit_entry::Column::CreatedAt.gte(from));
-        }
-        if let Some(to) = filter.to {
-            condition = condition.add(audit_entry::Column::CreatedAt.lt(to));
-        }
-        let query = audit_entry::Entity::find().filter(condition);
+        let query = audit_entry::Entity::find().filter(filter.condition());
         let total = query.clone().count(self.db.reader()?).await?;
         let rows = query
             .order_by_desc(audit_entry::Column::CreatedAt)
@@ -149,23 +276,38 @@ impl AuditRepo {
             .limit(page_size)
             .all(self.db.reader()?)
             .await?;
-        let rows = rows
-            .into_iter()
-            .map(|row| AuditRow {
-                id: row.id,
-                user_id: row.user_id,
-                server_id: row.mcp_server_id,
-                server_name: row.server_name,
-                tool_name: row.tool_name,
-                message_id: row.message_id,
-                outcome: row.status,
-                error_code: row.error_code,
-                latency_ms: row.latency_ms,
-                decided_by: row.decided_by,
-                created_at: row.created_at,
-            })
-            .collect();
+        let rows = rows.into_iter().map(AuditEntry::from_model).collect();
         Ok((rows, total))
+    }
+
+    /// Up to `limit` rows `filter` keeps that come after `after` (newest first): what an
+    /// export reads page by page, each page a seek on the index, however deep.
+    pub async fn after(
+        &self,
+        filter: &AuditFilter,
+        after: Option<(DateTime<Utc>, Uuid)>,
+        limit: u64,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        let mut condition = filter.condition();
+        if let Some((at, id)) = after {
+            condition = condition.add(
+                Condition::any()
+                    .add(audit_entry::Column::CreatedAt.lt(at))
+                    .add(
+                        Condition::all()
+                            .add(audit_entry::Column::CreatedAt.eq(at))
+                            .add(audit_entry::Column::Id.lt(id)),
+                    ),
+            );
+        }
+        let rows = audit_entry::Entity::find()
+            .filter(condition)
+            .order_by_desc(audit_entry::Column::CreatedAt)
+            .order_by_desc(audit_entry::Column::Id)
+            .limit(limit)
+            .all(self.db.reader()?)
+            .await?;
+        Ok(rows.into_iter().map(AuditEntry::from_model).collect())
     }
 }
 

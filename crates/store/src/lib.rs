@@ -474,17 +474,8 @@ pub(crate) mod test_support {
 
     /// An admin's approval of tool `tool{n}` of server `fx` for user `u1`.
     pub(crate) fn approval(n: usize) -> AuditEntry {
-        AuditEntry {
-            user_id: crate::domain::UserId::parse("u1").expect("a user id"),
-            server_id: None,
-            server_name: "fx".into(),
-            tool_name: format!("tool{n}"),
-            message_id: None,
-            outcome: AuditOutcome::Approved,
-            error_code: None,
-            latency_ms: None,
-            decided_by: None,
-        }
+        let user = crate::domain::UserId::parse("u1").expect("a user id");
+        AuditEntry::new(&user, AuditOutcome::Approved, "fx", &format!("tool{n}"))
     }
 }
 

@@ -278,6 +278,7 @@ impl PreparedTurn {
                     Some(setup.conversation),
                     None,
                     records,
+                    crate::domain::CallOrigin::new(crate::domain::CallVia::Chat),
                 )
                 .await?;
             let settled = self.wait_settled(hub, events).await?;

@@ -5,9 +5,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{ConfirmDeps, ExecOutcome};
-use crate::domain::{ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{CallOrigin, CallVia, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::store::{AuditEntry, AuditOutcome, StoredMessage};
+use crate::store::StoredMessage;
 
 pub enum ConfirmMsg {
     Submit {
@@ -15,6 +15,8 @@ pub enum ConfirmMsg {
         /// The session its calls run in (see [`super::Confirmations::submit`]).
         scope: Option<std::sync::Arc<str>>,
         calls: Vec<ToolCallRecord>,
+        /// Who submitted them: what their executions' audit rows say.
+        origin: CallOrigin,
         reply: RpcReplyPort<Result<Vec<ToolCallRecord>>>,
         /// The submitter's span (its request id): executions it starts log under it.
         span: tracing::Span,
@@ -68,14 +70,15 @@ pub struct ActorState {
     fenced: bool,
     /// The conversation or gateway session whose upstream sessions its calls use.
     scope: Option<std::sync::Arc<str>>,
+    /// Who submitted the calls (a message read back from the database after its instance
+    /// stopped says `chat`, without a key: who submitted it is not stored).
+    origin: CallOrigin,
 }
 
 pub struct ConfirmationActor;
 
-/// How often a write the database refused is tried again, and for how long an
-/// execution's audit row is.
+/// How often a write the database refused is tried again.
 const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-const AUDIT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Sends `again` to the actor after [`RETRY_EVERY`] when `error` is an outage (the
 /// database will take the write once it is back); any other error fails the turn.
@@ -90,27 +93,6 @@ fn retry_while_unavailable(
     tracing::warn!(%error, "a call's settlement waits for the database");
     myself.send_after(RETRY_EVERY, again);
     Ok(())
-}
-
-/// Writes an execution's audit row, through an outage of up to [`AUDIT_RETRY_FOR`]: every
-/// execution has its row.
-async fn record_audit(store: &crate::store::Store, audit: AuditEntry) {
-    let started = std::time::Instant::now();
-    loop {
-        match store.audit().record(audit.clone()).await {
-            Ok(()) => return,
-            Err(crate::store::StoreError::Unavailable(e))
-                if started.elapsed() < AUDIT_RETRY_FOR =>
-            {
-                tracing::warn!(error = %e, "an audit row waits for the database");
-                tokio::time::sleep(RETRY_EVERY).await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, tool = %audit.tool_name, "an execution's audit row could not be written");
-                return;
-            }
-        }
-    }
 }
 
 impl ActorState {
@@ -193,7 +175,7 @@ impl ActorState {
         let (Some(server), Some(tool)) = (record.server_id, record.tool_name.clone()) else {
             return;
         };
-        let (executor, store) = (self.deps.executor.clone(), self.deps.store.clone());
+        let executor = self.deps.executor.clone();
         let (me, user, call_id, arguments, scope) = (
             myself.clone(),
             self.user.clone(),
@@ -201,31 +183,18 @@ impl ActorState {
             record.arguments.clone(),
             self.scope.clone(),
         );
-        let (message, server_name) = (self.message, record.server_name.clone());
+        let origin = self.origin.with_message(self.message);
+        // The call's audit row is written on its way through the pool (`UpstreamService`).
         let execution = async move {
             let outcome = executor(super::Execution {
-                user: user.clone(),
+                user,
                 server,
-                tool: tool.clone(),
+                tool,
                 arguments,
                 scope,
+                origin,
             })
             .await;
-            // The audit row here, before the actor hears of the result: a settled record's
-            // row is then always there, and the actor's turn for the result (which holds
-            // the message's next approval) makes one write, not two.
-            let audit = AuditEntry {
-                user_id: user,
-                server_id: Some(server),
-                server_name: server_name.unwrap_or_default(),
-                tool_name: tool,
-                message_id: Some(message),
-                outcome: AuditOutcome::Settled(outcome.status()),
-                error_code: outcome.error_code.clone(),
-                latency_ms: Some(outcome.latency.as_millis() as i64),
-                decided_by: None,
-            };
-            record_audit(&store, audit).await;
             let _ = me.cast(ConfirmMsg::Executed { call_id, outcome });
         };
         tokio::spawn(tracing::Instrument::instrument(execution, span.clone()));
@@ -374,6 +343,7 @@ impl Actor for ConfirmationActor {
             reported_parked: 0,
             fenced: false,
             scope: args.scope,
+            origin: CallOrigin::new(CallVia::Chat),
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())
@@ -410,12 +380,14 @@ impl Actor for ConfirmationActor {
                 conversation,
                 scope,
                 calls,
+                origin,
                 reply,
                 span,
             } => {
                 if scope.is_some() {
                     state.scope = scope;
                 }
+                state.origin = origin;
                 let mut seen: std::collections::HashSet<&str> =
                     state.records.iter().map(|r| r.id.as_str()).collect();
                 if let Some(dup) = calls.iter().find(|c| !seen.insert(c.id.as_str())) {

@@ -113,6 +113,7 @@ impl GatewayHandler {
                         scope: None,
                         relayed,
                         timeout: None,
+                        origin: principal_owned.origin(),
                     };
                     let result = service
                         .call(
@@ -174,6 +175,7 @@ impl GatewayHandler {
                 scope: Some(self.session_scope(&principal)),
                 relayed,
                 timeout: None,
+                origin: principal.origin(),
             },
             &cancel,
             self.max_result_bytes,

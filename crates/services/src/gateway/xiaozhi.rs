@@ -312,6 +312,7 @@ impl XiaozhiBridges {
                     channel: GatewayChannel::Xiaozhi,
                     // Xiaozhi devices speak 2024-11-05.
                     older_client: true,
+                    credential: Some(bridge.id),
                 }),
                 self.settings.xiaozhi.max_result_bytes,
             ),

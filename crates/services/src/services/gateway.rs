@@ -17,7 +17,7 @@ use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
 use super::{AssistantTools, Caller, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
-use crate::domain::{AssistantId, ToolCallStatus, UserId};
+use crate::domain::{AssistantId, CallOrigin, CallVia, ToolCallStatus, UserId};
 use crate::error::{Error, Resource as Missing, Result};
 use crate::mcp::{CallOutcome, Progress};
 use crate::security::GeneratedKey;
@@ -40,6 +40,22 @@ pub struct GatewayPrincipal {
     /// The client speaks 2025-11-25 or older: a server that also speaks 2026-07-28 is
     /// spoken to in the client's revision, on a session of its own.
     pub older_client: bool,
+    /// The gateway token (or Xiaozhi bridge) the session came with, for audit rows.
+    pub credential: Option<Uuid>,
+}
+
+impl GatewayPrincipal {
+    /// What the audit rows of this session's calls say of who asked.
+    pub fn origin(&self) -> CallOrigin {
+        let via = match self.channel {
+            GatewayChannel::Mcp => CallVia::Gateway,
+            GatewayChannel::Xiaozhi => CallVia::Xiaozhi,
+        };
+        CallOrigin {
+            key_id: self.credential,
+            ..CallOrigin::new(via)
+        }
+    }
 }
 
 /// How a gateway session reached the service: its tool names take that door's separator.
@@ -174,6 +190,7 @@ impl GatewayService {
                         assistant: token.assistant_id,
                         channel: GatewayChannel::Mcp,
                         older_client: false,
+                        credential: Some(token.id),
                     }))
             })
             .await
@@ -272,6 +289,10 @@ impl GatewayService {
         let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
         if spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name) {
             let server_id = tool.server.server.id.to_string();
+            let caller = Caller {
+                origin: principal.origin(),
+                ..caller
+            };
             let call = self.upstream_for(principal).call_tool_reporting(
                 &principal.user,
                 &server_id,
@@ -305,7 +326,14 @@ impl GatewayService {
         }
         let scope = caller.scope.map(Arc::from);
         self.confirmations
-            .submit(&principal.user, message, None, scope, records)
+            .submit(
+                &principal.user,
+                message,
+                None,
+                scope,
+                records,
+                principal.origin(),
+            )
             .await?;
         if let Some(live) = caller.live {
             let _ = live.send(Progress {

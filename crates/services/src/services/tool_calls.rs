@@ -10,10 +10,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{AssistantTools, UpstreamService};
+use super::{AssistantTools, AuditTrail, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, ExecOutcome, Execution, Executor, Waited};
-use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{AssistantId, CallOrigin, ToolCallRecord, ToolCallStatus, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::{AuditEntry, AuditOutcome, Ownership, Store, StoredMessage};
 
@@ -35,6 +35,8 @@ pub struct ToolCallService {
     settings: Arc<Settings>,
     upstream: UpstreamService,
     confirmations: Confirmations,
+    /// Where an admin's decisions on a user's calls are recorded.
+    audit: AuditTrail,
 }
 
 /// Keeps a tool result within `max_bytes` of JSON, cutting text cleanly and saying so.
@@ -113,6 +115,7 @@ pub(crate) fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Ex
                   tool,
                   arguments,
                   scope,
+                  origin,
               }| {
             let upstream = upstream.clone();
             Box::pin(async move {
@@ -124,6 +127,7 @@ pub(crate) fn executor(upstream: UpstreamService, max_result_bytes: usize) -> Ex
                         &tool,
                         arguments,
                         scope.as_deref(),
+                        origin,
                     )
                     .await
                 {
@@ -239,12 +243,14 @@ impl ToolCallService {
         settings: Arc<Settings>,
         upstream: UpstreamService,
         confirmations: Confirmations,
+        audit: AuditTrail,
     ) -> Self {
         Self {
             store,
             settings,
             upstream,
             confirmations,
+            audit,
         }
     }
 
@@ -255,6 +261,7 @@ impl ToolCallService {
         assistant: &AssistantId,
         conversation: Option<Uuid>,
         calls: Vec<ModelToolCall>,
+        origin: CallOrigin,
     ) -> Result<Vec<ToolCallRecord>> {
         let message = Uuid::parse_str(message_id)
             .map_err(|_| Error::validation("the message id must be a UUID"))?;
@@ -296,7 +303,7 @@ impl ToolCallService {
         let listing = self.upstream.assistant_tools(user, assistant).await?;
         let records = plan_calls(&listing, &calls);
         self.confirmations
-            .submit(user, message, conversation, None, records)
+            .submit(user, message, conversation, None, records, origin)
             .await
     }
 
@@ -315,22 +322,21 @@ impl ToolCallService {
             .await?;
         if let Some(admin) = admin {
             // Support decisions on a user's behalf are the admin's, on the record.
-            let entry = AuditEntry {
-                user_id: user.clone(),
-                server_id: record.server_id,
-                server_name: record.server_name.clone().unwrap_or_default(),
-                tool_name: record.tool_name.clone().unwrap_or_default(),
-                message_id: Some(message),
-                outcome: if approved {
-                    AuditOutcome::Approved
-                } else {
-                    AuditOutcome::Rejected
-                },
-                error_code: None,
-                latency_ms: None,
-                decided_by: Some(admin),
+            let outcome = if approved {
+                AuditOutcome::Approved
+            } else {
+                AuditOutcome::Rejected
             };
-            self.store.audit().record(entry).await?;
+            let mut entry = AuditEntry::new(
+                user,
+                outcome,
+                record.server_name.as_deref().unwrap_or_default(),
+                record.tool_name.as_deref().unwrap_or_default(),
+            );
+            entry.server_id = record.server_id;
+            entry.message_id = Some(message);
+            entry.decided_by = Some(admin.to_string());
+            self.audit.record(entry);
         }
         Ok(record)
     }

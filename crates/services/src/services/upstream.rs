@@ -14,7 +14,7 @@ use super::RateLimits;
 use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
-use crate::domain::{SessionScope, UserId};
+use crate::domain::{CallOrigin, SessionScope, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{CallOutcome, SessionRevision};
 use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
@@ -49,6 +49,8 @@ pub struct Caller<'a> {
     pub relayed: Option<crate::mcp::RelayedRound>,
     /// How long the call may run, whatever the server's own timeout (a task's call).
     pub timeout: Option<Duration>,
+    /// Who asked, for the call's audit row.
+    pub origin: CallOrigin,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
@@ -57,6 +59,8 @@ pub struct UserFacing {
     pub oauth: super::OAuthService,
     pub elicitations: super::elicitations::Elicitations,
     pub rate_limits: Arc<RateLimits>,
+    /// Where every call's audit row goes.
+    pub audit: super::AuditTrail,
 }
 
 #[derive(Clone)]
@@ -77,6 +81,8 @@ pub struct UpstreamService {
     elicitations: super::elicitations::Elicitations,
     /// The revision its callers speak to servers of both (see `for_older_clients`).
     revision: SessionRevision,
+    /// Every call's row, written here: the one door every call passes.
+    audit: super::AuditTrail,
 }
 
 impl UpstreamService {
@@ -93,6 +99,7 @@ impl UpstreamService {
             oauth,
             elicitations,
             rate_limits,
+            audit,
         } = user_facing;
         Self {
             store,
@@ -105,6 +112,7 @@ impl UpstreamService {
             oauth,
             elicitations,
             revision: SessionRevision::Newest,
+            audit,
         }
     }
 
@@ -225,10 +233,12 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
         scope: Option<&str>,
+        origin: CallOrigin,
     ) -> Result<ToolCallReport> {
         // Its user answers what the server asks meanwhile, on their event stream.
         let caller = Caller {
             scope,
+            origin,
             ..Caller::default()
         };
         self.call_tool_reporting(user, server_id, tool, arguments, caller)
@@ -246,8 +256,22 @@ impl UpstreamService {
         caller: Caller<'_>,
     ) -> Result<ToolCallReport> {
         let started = Instant::now();
-        self.rate_limits.tool_call(user)?;
-        let lease = self.lease_in(user, server_id, caller.scope).await?;
+        // Written however the call ends, dropped mid-way (cancelled) included.
+        let mut audit = self
+            .audit
+            .begin_call(user, server_id, tool, caller.origin, &arguments);
+        if let Err(error) = self.rate_limits.tool_call(user) {
+            audit.failed(&error);
+            return Err(error);
+        }
+        let lease = match self.lease_in(user, server_id, caller.scope).await {
+            Ok(lease) => lease,
+            Err(error) => {
+                audit.failed(&error);
+                return Err(error);
+            }
+        };
+        audit.on_server(&lease.runtime.server);
         let result = self.call_on_lease(&lease, tool, arguments, caller).await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
@@ -261,8 +285,15 @@ impl UpstreamService {
             latency,
         );
         match result {
-            Ok(outcome) => Ok(ToolCallReport { outcome, latency }),
-            Err(error) => Err(Box::pin(self.explained(user, server_id, error)).await),
+            Ok(outcome) => {
+                audit.answered(&outcome.result);
+                Ok(ToolCallReport { outcome, latency })
+            }
+            Err(error) => {
+                let error = Box::pin(self.explained(user, server_id, error)).await;
+                audit.failed(&error);
+                Err(error)
+            }
         }
     }
 

@@ -16,6 +16,17 @@ pub struct Model {
     /// The admin key that approved or rejected the call for its user.
     pub decided_by: Option<String>,
     pub created_at: DateTimeUtc,
+    /// The door the call came in by (`rest`, `chat`, `gateway`, `xiaozhi`, `grpc`).
+    pub via: Option<String>,
+    /// The API key or gateway token the call came with.
+    pub key_id: Option<String>,
+    /// `key_id` is an admin's key acting for the user.
+    pub by_admin: bool,
+    pub instance_id: Option<Uuid>,
+    /// As the redaction rule leaves them (see `services::audit`).
+    pub arguments: Option<String>,
+    pub result: Option<String>,
+    pub error_message: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

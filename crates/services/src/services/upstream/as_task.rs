@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Caller, UpstreamService};
-use crate::domain::{TaskOrigin, UserId};
+use crate::domain::{CallOrigin, CallVia, TaskOrigin, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::pool::ConnectionKey;
 use crate::services::tasks::{NewTask, Started, TaskEnd, Tasks};
@@ -45,8 +45,13 @@ impl UpstreamService {
         server_id: &str,
         tool: &str,
         arguments: Value,
-        origin: TaskOrigin,
+        who: CallOrigin,
     ) -> Result<StoredTask> {
+        let origin = match who.via {
+            CallVia::Grpc => TaskOrigin::Grpc,
+            CallVia::Gateway | CallVia::Xiaozhi => TaskOrigin::Gateway,
+            CallVia::Rest | CallVia::Chat => TaskOrigin::Rest,
+        };
         let new = NewTask {
             user: user.clone(),
             assistant: None,
@@ -66,6 +71,7 @@ impl UpstreamService {
                     let caller = Caller {
                         live: Some(&live),
                         timeout: Some(timeout),
+                        origin: who,
                         ..Caller::default()
                     };
                     let call =

@@ -1,0 +1,632 @@
+//! The audit trail: one row per tool call on every path, and per admin decision, written
+//! off the call's path without losing rows when the process dies.
+//!
+//! A row is appended as one JSON line to this instance's journal file
+//! (`<storage.data_dir>/audit-journal/<instance>/open.ndjson`) before the call's answer goes
+//! out: one `write(2)`, no fsync, so once it returns the row is in the kernel and survives
+//! the process being killed (a power cut can lose the last lines the kernel had not yet
+//! written back). Every `audit.flush_ms` the flusher renames the file aside, inserts its
+//! rows in batches and deletes it once the database has them all; while the database is
+//! down the files wait and are tried again. Each instance holds a lock on its own
+//! directory; a directory whose lock can be taken belongs to an instance that died, and
+//! the next flush of any instance adopts its files. Rows carry their id, so a file
+//! inserted twice (a crash between the insert and the delete) still gives one row each.
+//!
+//! What a row keeps of a call's arguments and result (the redaction rule, also in the
+//! README): the value of every object key whose name, without `-` and `_` and in any case,
+//! contains `password`, `passwd`, `secret`, `token`, `apikey`, `authorization`,
+//! `cookie`, `credential`, `privatekey` or `session` is replaced by `"[redacted]"`;
+//! strings are cut to 256 characters; the whole text is cut to `audit.max_detail_bytes`.
+//! A result keeps the text of its content (other blocks by their kind), cut alike.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::CallToolResult;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AuditSettings;
+use crate::domain::{CallOrigin, InstanceId, McpServer, ToolCallStatus, UserId};
+use crate::error::Error;
+use crate::store::{AuditEntry, AuditOutcome, Store, StoreError};
+
+/// Rows per insert statement.
+const BATCH: usize = 500;
+/// Rows kept in memory when the journal cannot take them (its disk full): past this the
+/// oldest go, said in the log.
+const MEMORY_CAP: usize = 100_000;
+/// How often journals of instances that died are looked for.
+const ADOPT_EVERY: Duration = Duration::from_secs(60);
+/// How often rows past `audit.retention_days` are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Rows dropped per statement when pruning.
+const PRUNE_BATCH: u64 = 10_000;
+
+const OPEN: &str = "open.ndjson";
+const LOCK: &str = "lock";
+const FLUSHING: &str = "flushing";
+
+/// Why a flush left rows waiting.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error("the database did not take the rows: {0}")]
+    Database(#[from] StoreError),
+    #[error("the journal could not be read or moved: {0}")]
+    Journal(#[from] std::io::Error),
+}
+
+/// Where calls' audit rows go; cheap to clone.
+#[derive(Clone)]
+pub struct AuditTrail {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    settings: AuditSettings,
+    me: InstanceId,
+    /// `None` when the journal directory could not be made: rows wait in memory only.
+    journal: Option<Journal>,
+    /// Rows the journal could not take.
+    memory: Mutex<Vec<AuditEntry>>,
+    wake: tokio::sync::Notify,
+    stop: CancellationToken,
+    /// One flush at a time (the flusher's, or a reader's that wants its rows in).
+    flushing: tokio::sync::Mutex<()>,
+}
+
+struct Journal {
+    root: PathBuf,
+    dir: PathBuf,
+    open: Mutex<OpenFile>,
+    seq: AtomicU64,
+    /// Held for the life of the process: others see this directory is live.
+    _lock: File,
+}
+
+struct OpenFile {
+    file: File,
+    lines: usize,
+}
+
+impl AuditTrail {
+    /// Opens this instance's journal under `data_dir` and starts its flusher.
+    pub fn start(store: Store, settings: AuditSettings, data_dir: &Path, me: InstanceId) -> Self {
+        let journal = match Journal::open(&data_dir.join("audit-journal"), me) {
+            Ok(journal) => Some(journal),
+            Err(error) => {
+                tracing::error!(%error, dir = %data_dir.display(), "the audit journal could not be opened; audit rows wait in memory until the database takes them");
+                None
+            }
+        };
+        let trail = Self {
+            inner: Arc::new(Inner {
+                store,
+                settings,
+                me,
+                journal,
+                memory: Mutex::new(Vec::new()),
+                wake: tokio::sync::Notify::new(),
+                stop: CancellationToken::new(),
+                flushing: tokio::sync::Mutex::new(()),
+            }),
+        };
+        tokio::spawn(trail.clone().flusher());
+        trail
+    }
+
+    /// Stops the flusher and writes what is left (what the database refuses stays in the
+    /// journal for the next start).
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        if let Err(error) = self.flush().await {
+            tracing::warn!(%error, "audit rows left in the journal at shutdown; the next start writes them");
+        }
+    }
+
+    pub fn instance(&self) -> InstanceId {
+        self.inner.me
+    }
+
+    pub fn settings(&self) -> &AuditSettings {
+        &self.inner.settings
+    }
+
+    /// Takes a row: in the journal when this returns (or in memory if its disk refused).
+    pub fn record(&self, mut entry: AuditEntry) {
+        if !self.inner.settings.enabled {
+            return;
+        }
+        entry.instance_id.get_or_insert(self.inner.me.0);
+        let pending = match &self.inner.journal {
+            Some(journal) => match journal.append(&entry) {
+                Ok(lines) => lines,
+                Err(error) => {
+                    tracing::warn!(%error, "an audit row could not go to the journal; kept in memory");
+                    self.keep_in_memory(entry)
+                }
+            },
+            None => self.keep_in_memory(entry),
+        };
+        if pending >= BATCH {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    fn keep_in_memory(&self, entry: AuditEntry) -> usize {
+        let mut memory = self.inner.memory.lock().unwrap_or_else(|e| e.into_inner());
+        if memory.len() >= MEMORY_CAP {
+            tracing::error!(
+                "the audit rows kept in memory reached {MEMORY_CAP}; the oldest is dropped"
+            );
+            memory.remove(0);
+        }
+        memory.push(entry);
+        memory.len()
+    }
+
+    /// Writes every row taken so far; what the database refused waits for the next try.
+    pub async fn flush(&self) -> Result<(), FlushError> {
+        let _one = self.inner.flushing.lock().await;
+        let memory =
+            std::mem::take(&mut *self.inner.memory.lock().unwrap_or_else(|e| e.into_inner()));
+        if !memory.is_empty()
+            && let Err(error) = self.insert(memory.clone()).await
+        {
+            let mut kept = self.inner.memory.lock().unwrap_or_else(|e| e.into_inner());
+            let newer = std::mem::replace(&mut *kept, memory);
+            kept.extend(newer);
+            return Err(error.into());
+        }
+        let Some(journal) = &self.inner.journal else {
+            return Ok(());
+        };
+        journal.rotate()?;
+        for path in journal.flushing()? {
+            let rows = read_rows(&path)?;
+            self.insert(rows).await?;
+            if let Err(error) = std::fs::remove_file(&path) {
+                tracing::warn!(%error, path = %path.display(), "a flushed audit journal could not be removed");
+            }
+        }
+        Ok(())
+    }
+
+    async fn insert(&self, rows: Vec<AuditEntry>) -> Result<(), StoreError> {
+        let audit = self.inner.store.audit();
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            audit
+                .record_many(rows.by_ref().take(BATCH).collect())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn flusher(self) {
+        let stop = self.inner.stop.clone();
+        let every = Duration::from_millis(self.inner.settings.flush_ms.max(10));
+        let mut adopted_at = tokio::time::Instant::now() - ADOPT_EVERY;
+        let mut pruned_at = tokio::time::Instant::now();
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = self.inner.wake.notified() => {}
+                _ = stop.cancelled() => break,
+            }
+            if adopted_at.elapsed() >= ADOPT_EVERY {
+                adopted_at = tokio::time::Instant::now();
+                if let Some(journal) = &self.inner.journal {
+                    journal.adopt_orphans();
+                }
+            }
+            match self.flush().await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("audit rows reach the database again");
+                }
+                Ok(()) => {}
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(%error, "audit rows wait in the journal for the database");
+                }
+                Err(_) => {}
+            }
+            if pruned_at.elapsed() >= PRUNE_EVERY {
+                pruned_at = tokio::time::Instant::now();
+                self.prune().await;
+            }
+        }
+    }
+
+    /// Drops rows older than `audit.retention_days` (0 keeps them all).
+    pub async fn prune(&self) {
+        let days = self.inner.settings.retention_days;
+        if days == 0 {
+            return;
+        }
+        let cutoff = crate::domain::now() - chrono::Duration::days(days as i64);
+        loop {
+            match self
+                .inner
+                .store
+                .audit()
+                .delete_before(cutoff, PRUNE_BATCH)
+                .await
+            {
+                Ok(gone) if gone == PRUNE_BATCH => continue,
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "old audit rows could not be dropped");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One call's row in the making: written when the call ends, or as `cancelled` when the
+/// call is dropped before it ends (its caller went away or cancelled it).
+pub struct CallAudit {
+    trail: AuditTrail,
+    entry: Option<AuditEntry>,
+    started: std::time::Instant,
+}
+
+impl AuditTrail {
+    pub fn begin_call(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        tool: &str,
+        origin: CallOrigin,
+        arguments: &Value,
+    ) -> CallAudit {
+        let settings = &self.inner.settings;
+        if !settings.enabled {
+            return CallAudit {
+                trail: self.clone(),
+                entry: None,
+                started: std::time::Instant::now(),
+            };
+        }
+        let mut entry = AuditEntry::new(
+            user,
+            AuditOutcome::Settled(ToolCallStatus::Cancelled),
+            "",
+            tool,
+        );
+        entry.server_id = uuid::Uuid::parse_str(server_id).ok();
+        entry.message_id = origin.message;
+        entry.via = Some(origin.via.as_str().to_owned());
+        entry.key_id = origin.key_id.map(|key| key.to_string());
+        entry.by_admin = origin.by_admin;
+        entry.arguments = settings
+            .record_details
+            .then(|| arguments_detail(arguments, settings.max_detail_bytes));
+        CallAudit {
+            trail: self.clone(),
+            entry: Some(entry),
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl CallAudit {
+    /// The server the call went to, once known.
+    pub fn on_server(&mut self, server: &McpServer) {
+        if let Some(entry) = &mut self.entry {
+            entry.server_id = Some(server.id);
+            entry.server_name = server.spec.name.as_str().to_owned();
+        }
+    }
+
+    /// The server answered (an error result included).
+    pub fn answered(mut self, result: &CallToolResult) {
+        let settings = &self.trail.inner.settings;
+        if let Some(mut entry) = self.entry.take() {
+            let status = if result.is_error == Some(true) {
+                ToolCallStatus::Error
+            } else {
+                ToolCallStatus::Done
+            };
+            entry.outcome = status.as_str().to_owned();
+            entry.result = settings
+                .record_details
+                .then(|| result_detail(result, settings.max_detail_bytes));
+            self.write(entry);
+        }
+    }
+
+    /// The call did not reach an answer: why, by code and in words.
+    pub fn failed(mut self, error: &Error) {
+        if let Some(mut entry) = self.entry.take() {
+            entry.outcome = ToolCallStatus::Error.as_str().to_owned();
+            entry.error_code = Some(error.code().to_owned());
+            entry.error_message = Some(cut_bytes(
+                error.to_string(),
+                self.trail.inner.settings.max_detail_bytes,
+            ));
+            self.write(entry);
+        }
+    }
+
+    fn write(&self, mut entry: AuditEntry) {
+        entry.latency_ms = Some(self.started.elapsed().as_millis() as i64);
+        self.trail.record(entry);
+    }
+}
+
+impl Drop for CallAudit {
+    fn drop(&mut self) {
+        if let Some(mut entry) = self.entry.take() {
+            entry.error_message = Some("the call was cancelled before it ended".into());
+            self.write(entry);
+        }
+    }
+}
+
+impl Journal {
+    fn open(root: &Path, me: InstanceId) -> std::io::Result<Self> {
+        let dir = root.join(me.to_string());
+        std::fs::create_dir_all(&dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))?;
+        lock.try_lock().map_err(std::io::Error::other)?;
+        let journal = Self {
+            root: root.to_owned(),
+            open: Mutex::new(OpenFile {
+                file: append_to(&dir.join(OPEN))?,
+                lines: 0,
+            }),
+            dir,
+            seq: AtomicU64::new(0),
+            _lock: lock,
+        };
+        journal.adopt_orphans();
+        Ok(journal)
+    }
+
+    /// Appends one line; how many lines the open file holds now.
+    fn append(&self, entry: &AuditEntry) -> std::io::Result<usize> {
+        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        // One write of the whole line: a crash leaves it whole or (rarely) torn, never mixed.
+        open.file.write_all(&line)?;
+        open.lines += 1;
+        Ok(open.lines)
+    }
+
+    /// Sets the open file's rows aside for the flush and starts a new one.
+    fn rotate(&self) -> std::io::Result<()> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.lines == 0 {
+            return Ok(());
+        }
+        std::fs::rename(self.dir.join(OPEN), self.next_flushing())?;
+        open.file = append_to(&self.dir.join(OPEN))?;
+        open.lines = 0;
+        Ok(())
+    }
+
+    fn next_flushing(&self) -> PathBuf {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        // Time first, so files adopted from others sort with this instance's own.
+        let now = crate::domain::now().timestamp_micros();
+        self.dir.join(format!("{now:020}-{seq:06}.{FLUSHING}"))
+    }
+
+    /// This instance's files waiting for the database, oldest first.
+    fn flushing(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == FLUSHING))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// Moves the files of instances that died (their lock free) into this directory.
+    fn adopt_orphans(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        for dir in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if dir == self.dir || !dir.is_dir() {
+                continue;
+            }
+            let Ok(lock) = OpenOptions::new().write(true).open(dir.join(LOCK)) else {
+                continue;
+            };
+            if lock.try_lock().is_err() {
+                continue; // a live instance's
+            }
+            let Ok(files) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut moved = 0;
+            for file in files.filter_map(|e| e.ok().map(|e| e.path())) {
+                let name = file
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default();
+                if name == LOCK {
+                    continue;
+                }
+                match std::fs::rename(&file, self.next_flushing()) {
+                    Ok(()) => moved += 1,
+                    Err(error) => {
+                        tracing::warn!(%error, path = %file.display(), "an orphaned audit journal could not be adopted");
+                    }
+                }
+            }
+            drop(lock);
+            let _ = std::fs::remove_file(dir.join(LOCK));
+            let _ = std::fs::remove_dir(&dir);
+            if moved > 0 {
+                tracing::info!(files = moved, from = %dir.display(), "adopted the audit journal of an instance that stopped");
+            }
+        }
+    }
+}
+
+fn append_to(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The rows of a journal file; a line that does not parse (torn by a crash) is skipped.
+fn read_rows(path: &Path) -> std::io::Result<Vec<AuditEntry>> {
+    let reader = std::io::BufReader::new(File::open(path)?);
+    let mut rows = Vec::new();
+    for line in reader.split(b'\n') {
+        let line = line?;
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice(&line) {
+            Ok(row) => rows.push(row),
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "a torn audit journal line was skipped");
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Key names whose values a row never keeps (compared without `-`/`_`, in lower case).
+const SECRET_KEYS: [&str; 10] = [
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+    "privatekey",
+    "session",
+];
+const MAX_STRING_CHARS: usize = 256;
+const REDACTED: &str = "[redacted]";
+
+fn is_secret_key(key: &str) -> bool {
+    let key: String = key
+        .chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect();
+    SECRET_KEYS.iter().any(|secret| key.contains(secret))
+}
+
+/// `value` with secrets replaced and long strings cut (the rule in the module's docs).
+pub fn redacted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let kept = if is_secret_key(key) {
+                        Value::String(REDACTED.into())
+                    } else {
+                        redacted(value)
+                    };
+                    (key.clone(), kept)
+                })
+                .collect::<Map<String, Value>>(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redacted).collect()),
+        Value::String(text) => Value::String(cut_chars(text, MAX_STRING_CHARS)),
+        other => other.clone(),
+    }
+}
+
+fn cut_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}…[{} chars]", &text[..end], text.chars().count()),
+    }
+}
+
+/// `text` cut to `max` bytes (at a character boundary), saying how long it was.
+pub fn cut_bytes(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[cut: {} bytes]", &text[..end], text.len())
+}
+
+/// What a row keeps of a call's arguments.
+pub fn arguments_detail(arguments: &Value, max_bytes: usize) -> String {
+    cut_bytes(redacted(arguments).to_string(), max_bytes)
+}
+
+/// What a row keeps of a call's result: the text of its content, other blocks by kind.
+pub fn result_detail(result: &CallToolResult, max_bytes: usize) -> String {
+    let mut text = String::new();
+    for block in &result.content {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        match block.as_text() {
+            Some(block) => text.push_str(&block.text),
+            None => {
+                let kind = serde_json::to_value(block)
+                    .ok()
+                    .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| "content".into());
+                text.push_str(&format!("[{kind}]"));
+            }
+        }
+    }
+    if text.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        text = redacted(structured).to_string();
+    }
+    cut_bytes(text, max_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_by_key_and_long_strings_cut() {
+        let kept = redacted(&json!({
+            "query": "x".repeat(300),
+            "API_KEY": "k",
+            "nested": [{"client-secret": "s", "Session_Id": "i", "count": 3}],
+            "accessToken": "t",
+        }));
+        assert_eq!(kept["API_KEY"], REDACTED);
+        assert_eq!(kept["accessToken"], REDACTED);
+        assert_eq!(kept["nested"][0]["client-secret"], REDACTED);
+        assert_eq!(kept["nested"][0]["Session_Id"], REDACTED);
+        assert_eq!(kept["nested"][0]["count"], 3);
+        let query = kept["query"].as_str().unwrap();
+        assert!(query.ends_with("…[300 chars]"), "{query}");
+        assert_eq!(query.chars().filter(|c| *c == 'x').count(), 256);
+    }
+
+    #[test]
+    fn a_detail_is_cut_at_a_character_boundary() {
+        let cut = cut_bytes("é".repeat(10), 5);
+        assert!(cut.starts_with("éé…"), "{cut}");
+        assert!(cut.ends_with("[cut: 20 bytes]"), "{cut}");
+    }
+}
