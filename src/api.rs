@@ -6,7 +6,7 @@
 mod assistants;
 mod auth;
 mod chat;
-mod connections;
+pub(crate) mod connections;
 mod console;
 mod elicitations;
 mod error;

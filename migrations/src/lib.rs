@@ -20,6 +20,7 @@ mod m20261130_000012_verified_registrations;
 mod m20261130_000013_console_signouts;
 mod m20261201_000014_tasks;
 mod m20261202_000015_audit_every_call;
+mod m20261202_000016_operator_lists;
 
 pub struct Migrator;
 
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000013_console_signouts::Migration),
             Box::new(m20261201_000014_tasks::Migration),
             Box::new(m20261202_000015_audit_every_call::Migration),
+            Box::new(m20261202_000016_operator_lists::Migration),
         ]
     }
 }

@@ -50,6 +50,10 @@ pub struct ConnectionView {
     /// `{name, version}` as the server reported them.
     #[schema(value_type = Option<Object>)]
     server_info: Option<Value>,
+    /// The last 20 changes of state, oldest first: `{state, at, cause}` (`cause` says
+    /// why in words when it failed).
+    #[schema(value_type = Vec<Object>)]
+    history: Vec<Value>,
 }
 
 impl From<ConnectionInfo> for ConnectionView {
@@ -69,6 +73,11 @@ impl From<ConnectionInfo> for ConnectionView {
             server_info: status
                 .server_name
                 .map(|name| json!({"name": name, "version": status.server_version})),
+            history: status
+                .history
+                .iter()
+                .map(|change| json!({"state": change.state.as_str(), "at": change.at, "cause": change.cause}))
+                .collect(),
         }
     }
 }

@@ -24,12 +24,15 @@ use super::extract::{Path, Query};
 use crate::domain::{ToolCallRecord, UserId};
 use crate::error::Error;
 use crate::metrics::RecentSlot;
-use crate::services::operators::{AuditQuery, UserOverview};
+use crate::services::operators::{AuditQuery, Paging, UserOverview};
 use crate::store::AuditRow;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        .routes(routes!(users))
         .routes(routes!(user))
+        .routes(routes!(servers))
+        .routes(routes!(approvals))
         .routes(routes!(audit))
         .routes(routes!(audit_row))
         .routes(routes!(instances))
@@ -110,6 +113,198 @@ impl UserView {
                 .collect(),
         }
     }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct ListParams {
+    /// Only rows holding this text (any case): a user's id; for servers also their name
+    /// or URL.
+    search: Option<String>,
+    /// Page number from 0.
+    page: Option<u64>,
+    /// Rows per page, 1 to 200 (50 when absent).
+    page_size: Option<u64>,
+}
+
+impl ListParams {
+    fn paging(&self) -> Paging {
+        Paging {
+            page: self.page,
+            page_size: self.page_size,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct UserSummaryView {
+    user_id: String,
+    servers: u64,
+    /// Calls waiting for a decision or running.
+    open_calls: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct UserListView {
+    users: Vec<UserSummaryView>,
+    page: u64,
+    page_size: u64,
+    total: u64,
+}
+
+/// Users with servers, by id, with how many servers and open calls each has; `search`
+/// finds them by part of their id.
+#[utoipa::path(get, path = "/admin/users", tag = "admin",
+    params(ListParams), responses((status = OK, body = UserListView)))]
+async fn users(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Query(params): Query<ListParams>,
+) -> Result<JsonResponse<UserListView>, ApiError> {
+    let paging = params.paging();
+    let page = state
+        .services
+        .operators
+        .users(params.search, paging)
+        .await?;
+    Ok(JsonResponse(UserListView {
+        users: page
+            .rows
+            .into_iter()
+            .map(|u| UserSummaryView {
+                user_id: u.user_id,
+                servers: u.servers,
+                open_calls: u.open_calls,
+            })
+            .collect(),
+        page: page.page,
+        page_size: page.page_size,
+        total: page.total,
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ServerSummaryView {
+    id: String,
+    user_id: String,
+    name: String,
+    /// `stdio`, `sse`, `streamableHttp` or `embedded`.
+    r#type: &'static str,
+    is_active: bool,
+    /// Where it is: the URL (credentials masked), the command, or the preset.
+    target: String,
+    disabled_tools: Vec<String>,
+    auto_approve_tools: Vec<String>,
+    /// Its user's shared connection on the instance that answered, if one is live:
+    /// `state`, `lastError`, `history` as in `/admin/connections`.
+    #[schema(value_type = Option<Object>)]
+    connection: Option<crate::api::connections::ConnectionView>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ServerListView {
+    servers: Vec<ServerSummaryView>,
+    page: u64,
+    page_size: u64,
+    total: u64,
+}
+
+/// Every user's servers, by user then name; `search` finds them by part of their name,
+/// their user's id or their URL.
+#[utoipa::path(get, path = "/admin/servers", tag = "admin",
+    params(ListParams), responses((status = OK, body = ServerListView)))]
+async fn servers(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Query(params): Query<ListParams>,
+) -> Result<JsonResponse<ServerListView>, ApiError> {
+    let paging = params.paging();
+    let page = state
+        .services
+        .operators
+        .servers(params.search, paging)
+        .await?;
+    Ok(JsonResponse(ServerListView {
+        servers: page
+            .rows
+            .into_iter()
+            .map(|summary| {
+                let server = summary.server;
+                let spec = &server.spec;
+                ServerSummaryView {
+                    id: server.id.to_string(),
+                    user_id: server.user_id.as_str().to_owned(),
+                    name: spec.name.as_str().to_owned(),
+                    r#type: spec.transport.kind().as_str(),
+                    is_active: spec.is_active,
+                    target: spec.transport.describe(),
+                    disabled_tools: spec.disabled_tools.clone(),
+                    auto_approve_tools: spec.auto_approve_tools.clone(),
+                    connection: summary.connection.map(Into::into),
+                }
+            })
+            .collect(),
+        page: page.page,
+        page_size: page.page_size,
+        total: page.total,
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct WaitingCallView {
+    user_id: String,
+    message_id: String,
+    conversation_id: Option<String>,
+    /// When it was parked.
+    since: DateTime<Utc>,
+    tool_call: ToolCallRecord,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ApprovalListView {
+    calls: Vec<WaitingCallView>,
+    page: u64,
+    page_size: u64,
+    total: u64,
+}
+
+/// Every call waiting for a decision, across users, oldest first. Decide one with
+/// `POST /api/messages/{messageId}/tool-confirm` as its user (`X-User-Id`): an admin
+/// key's decision is audit-logged as that key's.
+#[utoipa::path(get, path = "/admin/approvals", tag = "admin",
+    params(ListParams), responses((status = OK, body = ApprovalListView)))]
+async fn approvals(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Query(params): Query<ListParams>,
+) -> Result<JsonResponse<ApprovalListView>, ApiError> {
+    if params.search.is_some() {
+        return Err(Error::validation("the approval queue takes no search").into());
+    }
+    let page = state.services.operators.approvals(params.paging()).await?;
+    Ok(JsonResponse(ApprovalListView {
+        calls: page
+            .rows
+            .into_iter()
+            .map(|call| WaitingCallView {
+                user_id: call.user_id.as_str().to_owned(),
+                message_id: call.message_id.to_string(),
+                conversation_id: call.conversation_id.map(|c| c.to_string()),
+                since: call.since,
+                tool_call: call.record,
+            })
+            .collect(),
+        page: page.page,
+        page_size: page.page_size,
+        total: page.total,
+    }))
 }
 
 /// One user as support sees them: assistants with their bound servers and gateway token

@@ -37,6 +37,7 @@ mod oauth;
 mod oauth_fixture;
 mod oauth_sdk_as;
 mod openapi;
+mod operators;
 mod outbound;
 mod persistence;
 mod pool_faults;

@@ -159,7 +159,12 @@ impl Services {
             url_policy.clone(),
             cluster.clone(),
         );
-        let operators = OperatorService::new(store.clone(), cluster.clone(), audit.clone());
+        let operators = OperatorService::new(
+            store.clone(),
+            cluster.clone(),
+            audit.clone(),
+            upstream.clone(),
+        );
         Ok(Self {
             chat,
             gateway,

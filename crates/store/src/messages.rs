@@ -33,6 +33,17 @@ pub struct StoredMessage {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// A call waiting for its user's (or an operator's) decision.
+#[derive(Debug, Clone)]
+pub struct WaitingCall {
+    pub user_id: UserId,
+    pub message_id: Uuid,
+    pub conversation_id: Option<Uuid>,
+    /// When it was parked.
+    pub since: chrono::DateTime<chrono::Utc>,
+    pub record: ToolCallRecord,
+}
+
 #[derive(Debug, Clone)]
 pub struct MessageRepo {
     db: Db,
@@ -262,6 +273,77 @@ impl MessageRepo {
             .all(self.db.reader()?)
             .await?;
         self.with_records(rows).await
+    }
+
+    /// Calls waiting for a decision across all users, oldest first, and how many wait in
+    /// all: the operators' approval queue (an index on status and time serves both).
+    pub async fn waiting_calls(
+        &self,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<WaitingCall>, u64), StoreError> {
+        use sea_orm::PaginatorTrait;
+        let pending = tool_call::Entity::find()
+            .filter(tool_call::Column::Status.eq(ToolCallStatus::Pending.as_str()));
+        let total = pending.clone().count(self.db.reader()?).await?;
+        let calls = pending
+            .order_by_asc(tool_call::Column::CreatedAt)
+            .order_by_asc(tool_call::Column::MessageId)
+            .order_by_asc(tool_call::Column::Position)
+            .offset(offset)
+            .limit(limit)
+            .all(self.db.reader()?)
+            .await?;
+        let ids: Vec<Uuid> = calls.iter().map(|c| c.message_id).collect();
+        let messages: HashMap<Uuid, message::Model> = message::Entity::find()
+            .filter(message::Column::Id.is_in(ids))
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(|m| (m.id, m))
+            .collect();
+        let waiting = calls
+            .into_iter()
+            .filter_map(|call| {
+                let message = messages.get(&call.message_id)?;
+                Some((message, call))
+            })
+            .map(|(message, call)| {
+                Ok(WaitingCall {
+                    user_id: UserId::parse(&message.user_id).map_err(|e| corrupt("user_id", e))?,
+                    message_id: message.id,
+                    conversation_id: message.conversation_id,
+                    since: call.created_at,
+                    record: record(call)?,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok((waiting, total))
+    }
+
+    /// How many calls are open (pending or running) for each of `users` that has any.
+    pub async fn open_calls_of(
+        &self,
+        users: &[String],
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        use sea_orm::sea_query::ExprTrait;
+        if users.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows: Vec<(String, Option<i64>)> = message::Entity::find()
+            .select_only()
+            .column(message::Column::UserId)
+            .column_as(Expr::col(message::Column::OpenCalls).sum(), "open")
+            .filter(message::Column::OpenCalls.gt(0))
+            .filter(message::Column::UserId.is_in(users.iter().map(String::as_str)))
+            .group_by(message::Column::UserId)
+            .into_tuple()
+            .all(self.db.reader()?)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(user, open)| (user, u64::try_from(open.unwrap_or(0)).unwrap_or(0)))
+            .collect())
     }
 
     /// Messages with open calls no live instance holds (their owner stopped or died).

@@ -50,6 +50,80 @@ impl ServerRepo {
             .transpose()
     }
 
+    /// Users with servers, by id, whose id holds `search` (any case), with how many servers
+    /// each has; and how many such users there are in all.
+    pub async fn users(
+        &self,
+        search: Option<&str>,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<(String, u64)>, u64), StoreError> {
+        use sea_orm::QuerySelect;
+        use sea_orm::sea_query::ExprTrait;
+        let mut condition = Condition::all();
+        if let Some(search) = search {
+            condition = condition.add(contains(mcp_server::Column::UserId, search));
+        }
+        let total: Option<i64> = mcp_server::Entity::find()
+            .select_only()
+            .column_as(Expr::col(mcp_server::Column::UserId).count_distinct(), "n")
+            .filter(condition.clone())
+            .into_tuple()
+            .one(self.db.reader()?)
+            .await?;
+        let rows: Vec<(String, i64)> = mcp_server::Entity::find()
+            .select_only()
+            .column(mcp_server::Column::UserId)
+            .column_as(Expr::col(mcp_server::Column::Id).count(), "servers")
+            .filter(condition)
+            .group_by(mcp_server::Column::UserId)
+            .order_by_asc(mcp_server::Column::UserId)
+            .offset(offset)
+            .limit(limit)
+            .into_tuple()
+            .all(self.db.reader()?)
+            .await?;
+        Ok((
+            rows.into_iter()
+                .map(|(user, servers)| (user, u64::try_from(servers).unwrap_or(0)))
+                .collect(),
+            u64::try_from(total.unwrap_or(0)).unwrap_or(0),
+        ))
+    }
+
+    /// Every user's servers whose name, user id or URL (as stored, credentials masked)
+    /// holds `search` (any case), by user then name; and how many there are in all.
+    pub async fn browse(
+        &self,
+        search: Option<&str>,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<McpServer>, u64), StoreError> {
+        use sea_orm::QuerySelect;
+        let mut condition = Condition::all();
+        if let Some(search) = search {
+            condition = condition.add(
+                Condition::any()
+                    .add(contains(mcp_server::Column::Name, search))
+                    .add(contains(mcp_server::Column::UserId, search))
+                    .add(contains(mcp_server::Column::BaseUrl, search)),
+            );
+        }
+        let query = mcp_server::Entity::find().filter(condition);
+        let total = query.clone().count(self.db.reader()?).await?;
+        let servers = query
+            .order_by_asc(mcp_server::Column::UserId)
+            .order_by_asc(mcp_server::Column::Name)
+            .offset(offset)
+            .limit(limit)
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(|row| self.to_domain(row))
+            .collect::<Result<_, _>>()?;
+        Ok((servers, total))
+    }
+
     pub async fn count(&self, user: &UserId) -> Result<u64, StoreError> {
         Ok(mcp_server::Entity::find()
             .filter(mcp_server::Column::UserId.eq(user.as_str()))
@@ -300,4 +374,19 @@ impl ServerRepo {
 fn seal_url(cipher: &Cipher, url: &SecretUrl) -> Option<String> {
     url.has_secrets()
         .then(|| cipher.seal(url.expose().as_str()))
+}
+
+/// `column` holds `search`, in any case; `%`, `_` and a backslash in `search` are literal.
+fn contains(column: mcp_server::Column, search: &str) -> Expr {
+    use sea_orm::sea_query::{ExprTrait, Func, LikeExpr};
+    let mut escaped = String::with_capacity(search.len() + 2);
+    escaped.push('%');
+    for c in search.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped.push('%');
+    Expr::expr(Func::lower(Expr::col(column))).like(LikeExpr::new(escaped).escape('\\'))
 }

@@ -124,6 +124,40 @@ pub struct ConnectionStatus {
     pub last_error: Option<String>,
     pub server_name: Option<String>,
     pub server_version: Option<String>,
+    /// The last [`STATE_HISTORY`] changes of state, oldest first: why a connection broke
+    /// and how often, without the service log.
+    pub history: std::collections::VecDeque<StateChange>,
+}
+
+/// How many state changes a connection keeps.
+pub const STATE_HISTORY: usize = 20;
+
+/// One change of a connection's state.
+#[derive(Debug, Clone)]
+pub struct StateChange {
+    pub state: ConnectionState,
+    pub at: DateTime<Utc>,
+    /// Why, in words, when it failed.
+    pub cause: Option<String>,
+}
+
+impl ConnectionStatus {
+    pub fn new() -> Self {
+        Self {
+            state: ConnectionState::Disconnected,
+            connected_at: None,
+            last_error: None,
+            server_name: None,
+            server_version: None,
+            history: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl Default for ConnectionStatus {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 pub type StatusCell = Mutex<ConnectionStatus>;

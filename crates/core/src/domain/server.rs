@@ -170,6 +170,20 @@ impl Transport {
             _ => None,
         }
     }
+
+    /// Where the server is, for a person: its URL with credentials masked, its preset
+    /// and command line, or the embedded server's name. Never a secret.
+    pub fn describe(&self) -> String {
+        match self {
+            Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => endpoint.url.masked(),
+            Transport::Stdio(launch) => {
+                let mut line = vec![launch.command.as_str()];
+                line.extend(launch.args.iter().map(String::as_str));
+                format!("{} (preset {})", line.join(" "), launch.preset)
+            }
+            Transport::Embedded(kind) => format!("embedded {}", kind.as_str()),
+        }
+    }
 }
 
 /// Everything a user decides about a server; validated before it is stored.

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::AuditTrail;
+use super::{AuditTrail, UpstreamService};
 use crate::cluster::{Cluster, InstanceInfo};
-use crate::domain::{AssistantId, CallVia, UserId};
+use crate::domain::{AssistantId, CallVia, McpServer, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::store::{AuditFilter, AuditRow, GatewayToken, Store, StoredMessage};
+use crate::pool::ConnectionInfo;
+use crate::store::{AuditFilter, AuditRow, GatewayToken, Store, StoredMessage, WaitingCall};
 
 /// The most messages with open calls shown for one user.
 const OPEN_MESSAGES_SHOWN: u64 = 100;
@@ -31,12 +32,67 @@ pub struct UserOverview {
     pub open_messages: Vec<StoredMessage>,
 }
 
-/// A page of the audit log.
-pub struct AuditPage {
-    pub rows: Vec<AuditRow>,
+/// One page of a list, and how many rows the list has in all.
+pub struct Page<T> {
+    pub rows: Vec<T>,
     pub page: u64,
     pub page_size: u64,
     pub total: u64,
+}
+
+/// A page of the audit log.
+pub type AuditPage = Page<AuditRow>;
+
+/// A user as the users list shows them.
+pub struct UserSummary {
+    pub user_id: String,
+    pub servers: u64,
+    /// Calls waiting for a decision or running.
+    pub open_calls: u64,
+}
+
+/// A server of any user, with its connection on this instance if one is live.
+pub struct ServerSummary {
+    pub server: McpServer,
+    pub connection: Option<ConnectionInfo>,
+}
+
+/// Which page of a list, as a caller gives it.
+#[derive(Default, Clone, Copy)]
+pub struct Paging {
+    pub page: Option<u64>,
+    pub page_size: Option<u64>,
+}
+
+impl Paging {
+    /// (page, page size), checked: pages of 1 to [`MAX_AUDIT_PAGE`] rows (50 by default).
+    fn checked(self) -> Result<(u64, u64)> {
+        let page_size = self.page_size.unwrap_or(50);
+        if !(1..=MAX_AUDIT_PAGE).contains(&page_size) {
+            return Err(Error::validation(format!(
+                "pageSize must be between 1 and {MAX_AUDIT_PAGE}"
+            )));
+        }
+        let page = self.page.unwrap_or(0);
+        if page > 1_000_000 {
+            return Err(Error::validation("page is too large"));
+        }
+        Ok((page, page_size))
+    }
+}
+
+/// A search term: trimmed, none when empty, at most 128 characters.
+fn search_term(search: Option<String>) -> Result<Option<String>> {
+    let Some(search) = search
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+    else {
+        return Ok(None);
+    };
+    if search.chars().count() > 128 {
+        return Err(Error::validation("search must be at most 128 characters"));
+    }
+    Ok(Some(search))
 }
 
 /// The audit log's filters as a caller gives them (strings from a query).
@@ -108,14 +164,22 @@ pub struct OperatorService {
     store: Store,
     cluster: Cluster,
     audit: AuditTrail,
+    /// Live connections, for the servers list.
+    upstream: UpstreamService,
 }
 
 impl OperatorService {
-    pub fn new(store: Store, cluster: Cluster, audit: AuditTrail) -> Self {
+    pub fn new(
+        store: Store,
+        cluster: Cluster,
+        audit: AuditTrail,
+        upstream: UpstreamService,
+    ) -> Self {
         Self {
             store,
             cluster,
             audit,
+            upstream,
         }
     }
 
@@ -164,18 +228,84 @@ impl OperatorService {
         }
     }
 
+    /// Users with servers whose id holds `search`, by id, with their counts.
+    pub async fn users(&self, search: Option<String>, paging: Paging) -> Result<Page<UserSummary>> {
+        let (page, page_size) = paging.checked()?;
+        let search = search_term(search)?;
+        let (users, total) = self
+            .store
+            .servers()
+            .users(search.as_deref(), page * page_size, page_size)
+            .await?;
+        let ids: Vec<String> = users.iter().map(|(user, _)| user.clone()).collect();
+        let open = self.store.messages().open_calls_of(&ids).await?;
+        let rows = users
+            .into_iter()
+            .map(|(user_id, servers)| UserSummary {
+                open_calls: open.get(&user_id).copied().unwrap_or(0),
+                user_id,
+                servers,
+            })
+            .collect();
+        Ok(Page {
+            rows,
+            page,
+            page_size,
+            total,
+        })
+    }
+
+    /// Every user's servers whose name, user or URL holds `search`, by user then name.
+    pub async fn servers(
+        &self,
+        search: Option<String>,
+        paging: Paging,
+    ) -> Result<Page<ServerSummary>> {
+        let (page, page_size) = paging.checked()?;
+        let search = search_term(search)?;
+        let (servers, total) = self
+            .store
+            .servers()
+            .browse(search.as_deref(), page * page_size, page_size)
+            .await?;
+        let rows = servers
+            .into_iter()
+            .map(|server| ServerSummary {
+                connection: self.upstream.connection_of(&server.user_id, server.id),
+                server,
+            })
+            .collect();
+        Ok(Page {
+            rows,
+            page,
+            page_size,
+            total,
+        })
+    }
+
+    /// Calls waiting for a decision across every user, oldest first.
+    pub async fn approvals(&self, paging: Paging) -> Result<Page<WaitingCall>> {
+        let (page, page_size) = paging.checked()?;
+        let (rows, total) = self
+            .store
+            .messages()
+            .waiting_calls(page * page_size, page_size)
+            .await?;
+        Ok(Page {
+            rows,
+            page,
+            page_size,
+            total,
+        })
+    }
+
     pub async fn audit(&self, query: AuditQuery) -> Result<AuditPage> {
         self.audit_flushed().await;
-        let page_size = query.page_size.unwrap_or(50);
-        if !(1..=MAX_AUDIT_PAGE).contains(&page_size) {
-            return Err(Error::validation(format!(
-                "pageSize must be between 1 and {MAX_AUDIT_PAGE}"
-            )));
+        let (page, page_size) = Paging {
+            page: query.page,
+            page_size: query.page_size,
         }
-        let page = query.page.unwrap_or(0);
-        if page > 1_000_000 {
-            return Err(Error::validation("page is too large"));
-        }
+        .checked()?;
         let filter = audit_filter(query)?;
         let (rows, total) = self.store.audit().page(&filter, page, page_size).await?;
         Ok(AuditPage {

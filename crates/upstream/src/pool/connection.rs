@@ -114,6 +114,16 @@ pub struct ConnectionActor;
 impl ConnectionStateData {
     fn set_status(&self, state: ConnectionState, error: Option<String>) {
         let mut status = self.status.lock().expect("status lock");
+        if status.state != state || error.is_some() {
+            if status.history.len() == super::STATE_HISTORY {
+                status.history.pop_front();
+            }
+            status.history.push_back(super::StateChange {
+                state,
+                at: crate::domain::now(),
+                cause: error.clone(),
+            });
+        }
         status.state = state;
         if error.is_some() {
             status.last_error = error;

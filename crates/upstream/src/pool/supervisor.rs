@@ -11,8 +11,8 @@ use crate::actors::{Children, Ended, stop_children};
 
 use super::connection::{ConnectionActor, ConnectionArgs, ConnectionMsg};
 use super::{
-    Catalogs, ConnectionKey, ConnectionState, ConnectionStatus, PoolError, Registry, RegistryEntry,
-    ServerRuntime, SessionSlot,
+    Catalogs, ConnectionKey, ConnectionStatus, PoolError, Registry, RegistryEntry, ServerRuntime,
+    SessionSlot,
 };
 use crate::config::PoolSettings;
 use crate::domain::{TransportKind, UserId};
@@ -57,13 +57,7 @@ impl SupervisorState {
         key: ConnectionKey,
         runtime: Arc<ServerRuntime>,
     ) -> Result<ActorRef<ConnectionMsg>, PoolError> {
-        let status = Arc::new(Mutex::new(ConnectionStatus {
-            state: ConnectionState::Disconnected,
-            connected_at: None,
-            last_error: None,
-            server_name: None,
-            server_version: None,
-        }));
+        let status = Arc::new(Mutex::new(ConnectionStatus::new()));
         let slot = Arc::new(SessionSlot::default());
         let args = ConnectionArgs {
             key: key.clone(),

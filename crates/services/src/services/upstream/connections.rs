@@ -88,6 +88,12 @@ impl UpstreamService {
         self.pool.connections()
     }
 
+    /// The user's shared connection to `server` on this instance, if one is live.
+    pub fn connection_of(&self, user: &UserId, server: Uuid) -> Option<ConnectionInfo> {
+        self.pool
+            .connection(&ConnectionKey::shared(user.clone(), server))
+    }
+
     fn admin_key(user: &str, server: &str) -> Result<ConnectionKey> {
         let not_found = || Error::NotFound(Resource::Connection, format!("{user}/{server}"));
         Ok(ConnectionKey::shared(
