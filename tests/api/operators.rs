@@ -234,7 +234,7 @@ async fn waiting_calls_of_every_user_are_listed_oldest_first_until_decided() {
         .await;
     assert_eq!(approved.status, StatusCode::OK, "{}", approved.text);
     let queue = app.admin(Method::GET, "/admin/approvals", None).await;
-    assert_eq!(ids(&queue.body, "calls", "messageId"), [first.clone()]);
+    assert_eq!(ids(&queue.body, "calls", "messageId"), [first]);
     assert_eq!(queue.body["total"], 1);
     let refused = app
         .admin(Method::GET, "/admin/approvals?search=x", None)
