@@ -169,7 +169,7 @@ async fn update(
         state
             .services
             .servers
-            .update(&ctx.user, &id, input)
+            .update(&ctx.user, &id, input, ctx.principal.admin_key())
             .await?
             .into(),
     ))
@@ -183,6 +183,10 @@ async fn remove(
     ctx: UserContext,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.services.servers.delete(&ctx.user, &id).await?;
+    state
+        .services
+        .servers
+        .delete(&ctx.user, &id, ctx.principal.admin_key())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -89,6 +89,85 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
     app.stop().await;
 }
 
+/// An operator's daily jobs at 1366 px and 390 px (`tests/console/operator.test.mjs`):
+/// find a user by part of their id, approve a stranger's waiting call and see its result,
+/// read why a connection broke and retry it, disable a user's tool and see the audit row,
+/// export the audit for a filter; action buttons in view and no serious axe-core finding
+/// on every page.
+#[tokio::test]
+async fn an_operator_finds_users_servers_and_waiting_calls_at_a_laptops_and_a_phones_width() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(crate::upstreams::fixture_preset())
+        .await;
+    let known = "acme-support-7";
+    let fx = app
+        .create_server_ok(known, json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    let echoed = app
+        .call(known, &fx, "echo", json!({"text": "from the console test"}))
+        .await;
+    assert_eq!(echoed.status, reqwest::StatusCode::OK, "{}", echoed.text);
+    // A user the operator never heard of, with two calls waiting (one per width).
+    let stranger = "zq-4471";
+    let theirs = app
+        .create_server_ok(stranger, json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    app.bind_ok(stranger, "a1", [&theirs]).await;
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let message = Uuid::new_v4().to_string();
+        let parked = app
+            .submit_calls(
+                stranger,
+                &message,
+                "",
+                json!([{"id": "c1", "name": "mcp__fx__add", "arguments": {"a": 2, "b": 3}}]),
+            )
+            .await;
+        assert_eq!(
+            parked.body["toolCalls"][0]["status"], "pending",
+            "{}",
+            parked.text
+        );
+        waiting.push(message);
+    }
+    // A server on a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let broken_user = "broken-user";
+    app.create_server_ok(
+        broken_user,
+        json!({"name": "weather", "type": "streamableHttp",
+               "baseUrl": format!("http://127.0.0.1:{port}/mcp")}),
+    )
+    .await;
+
+    let output = run_console_script(
+        &app,
+        "operator.test.mjs",
+        &[
+            ("KNOWN_USER", known.to_owned()),
+            ("STRANGER", stranger.to_owned()),
+            ("WAITING_1", waiting[0].clone()),
+            ("WAITING_2", waiting[1].clone()),
+            ("BROKEN_USER", broken_user.to_owned()),
+        ],
+    )
+    .await;
+    let count = |label: &str| {
+        output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("ℹ {label} ")))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+    };
+    assert_eq!(count("tests"), Some(2), "{output}");
+    assert_eq!(count("pass"), Some(2), "{output}");
+    app.stop().await;
+}
+
 /// Runs `node --test tests/console/<script>` against `app` and returns its stdout (the
 /// spec reporter's lines); panics with the whole stdout and stderr when it fails or
 /// outlives [`SCRIPT_TIMEOUT`] (then it is killed, with its test processes).

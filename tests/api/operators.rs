@@ -241,3 +241,73 @@ async fn waiting_calls_of_every_user_are_listed_oldest_first_until_decided() {
         .await;
     assert_eq!(refused.code(), "VALIDATION_ERROR", "{}", refused.text);
 }
+
+#[tokio::test]
+async fn an_admins_change_to_a_users_server_is_on_the_record_and_the_users_own_is_not() {
+    let app = spawn_pool_app().await;
+    app.create_preset_ok(fixture_preset()).await;
+    let fx = fixture_of(&app, "erin", "fx").await;
+    let by_user = app
+        .user(
+            "erin",
+            Method::PUT,
+            &format!("/api/mcp-servers/{fx}"),
+            Some(json!({"autoApproveTools": []})),
+        )
+        .await;
+    assert_eq!(by_user.status, StatusCode::OK, "{}", by_user.text);
+    let by_admin = app
+        .send(
+            Method::PUT,
+            &format!("/api/mcp-servers/{fx}"),
+            Some(crate::helpers::ADMIN_KEY),
+            Some("erin"),
+            Some(json!({"disabledTools": ["add"]})),
+        )
+        .await;
+    assert_eq!(by_admin.status, StatusCode::OK, "{}", by_admin.text);
+    assert_eq!(by_admin.body["disabledTools"], json!(["add"]));
+    let deleted = app
+        .send(
+            Method::DELETE,
+            &format!("/api/mcp-servers/{fx}"),
+            Some(crate::helpers::ADMIN_KEY),
+            Some("erin"),
+            None,
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+
+    let rows = app
+        .admin(Method::GET, "/admin/audit?userId=erin", None)
+        .await;
+    let outcomes: Vec<&str> = rows.body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["server_deleted", "server_changed"],
+        "{}",
+        rows.text
+    );
+    let keys = app.admin(Method::GET, "/admin/keys", None).await;
+    let admin_key = keys.body["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["role"] == "admin")
+        .unwrap()["id"]
+        .clone();
+    for row in rows.body["entries"].as_array().unwrap() {
+        assert_eq!(row["decidedBy"], admin_key, "{row}");
+        assert_eq!(row["serverName"], "fx", "{row}");
+        assert_eq!(row["serverId"], fx.as_str(), "{row}");
+    }
+    let filtered = app
+        .admin(Method::GET, "/admin/audit?outcome=server_changed", None)
+        .await;
+    assert_eq!(filtered.body["total"], 1, "{}", filtered.text);
+}

@@ -94,6 +94,8 @@ test('stopping it from the console ends its process', async () => {
   const processId = Number(pid.body.content[0].text);
   assert.ok(await processAlive(processId), `the fixture ${processId} runs`);
 
+  // Stop asks first.
+  page.once('dialog', (dialog) => dialog.accept());
   await page.getByRole('button', { name: `Stop fx of ${USER}` }).click();
   await page.getByRole('status').filter({ hasText: `Stopped fx of ${USER}` }).waitFor();
   await row(USER, SERVER).waitFor({ state: 'detached', timeout: 10_000 });
@@ -119,15 +121,19 @@ test('a server named <script> renders as text', async () => {
 
 test('a parked call approved from the console is done through the REST API', async () => {
   await go('users');
-  await page.getByLabel('User id').fill(USER);
+  await page.getByLabel('User id or part of it').fill(USER);
   await page.getByRole('button', { name: 'Find' }).click();
+  await page.getByRole('table', { name: 'Users' }).getByRole('link', { name: USER, exact: true }).click();
   const open = page.getByRole('table', { name: 'Open tool calls' });
   await open.waitFor();
   await open.locator('tr[data-call="c1"]').waitFor();
   await page.getByRole('table', { name: 'Assistants' }).getByText('a1').waitFor();
   await screenshot(page, '04-user');
   await open.locator('tr[data-call="c1"]').getByRole('button', { name: /^Approve/ }).click();
-  await page.getByRole('status').filter({ hasText: 'Approved' }).waitFor();
+  // The decision shows what the call answered.
+  const decision = page.getByRole('list', { name: 'Decisions' }).locator('li').first();
+  await decision.getByText(/^Approved/).waitFor();
+  await decision.getByTestId('decision-result').filter({ hasText: '3' }).waitFor();
 
   await waitFor(async () => {
     const message = await api('GET', `/api/messages/${MESSAGE}`, { key: SERVICE_KEY, user: USER });
@@ -268,7 +274,7 @@ test('an API key is created, shown once, works, and is revoked', async () => {
 
 test('the audit log pages and filters', async () => {
   await go('audit');
-  const pageLabel = page.getByTestId('audit-page');
+  const pageLabel = page.getByTestId('entries-page');
   await pageLabel.waitFor();
   const first = await pageLabel.innerText();
   const total = Number(/· (\d+) entries/.exec(first)[1]);

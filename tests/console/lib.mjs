@@ -106,3 +106,51 @@ export async function processAlive(pid) {
   const state = stat.slice(stat.lastIndexOf(')') + 1).trim().split(' ')[0];
   return state !== 'Z' && state !== 'X';
 }
+
+/** Signs `page` in with the admin key at the console's start page. */
+export async function signIn(page) {
+  await page.goto(`${BASE_URL}/console`);
+  await page.getByLabel('Admin API key').fill(ADMIN_KEY);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Overview' }).waitFor();
+}
+
+/**
+ * The action buttons of every table on the page that lie outside the viewport (partly
+ * or wholly), as `"<label> (left–right of width)"`: a row's actions must be reachable
+ * without scrolling the page sideways.
+ */
+export async function actionsOutOfView(page) {
+  return page.evaluate(() => {
+    const out = [];
+    for (const control of document.querySelectorAll('table td.actions button, table td.actions summary')) {
+      const box = control.getBoundingClientRect();
+      if (box.width === 0 && box.height === 0) continue; // not rendered (a closed menu)
+      if (box.left < 0 || box.right > window.innerWidth) {
+        const label = control.getAttribute('aria-label') || control.textContent.trim();
+        out.push(`${label} (${Math.round(box.left)}–${Math.round(box.right)} of ${window.innerWidth})`);
+      }
+    }
+    return out;
+  });
+}
+
+const AXE = new URL('./node_modules/axe-core/axe.min.js', import.meta.url);
+
+/**
+ * axe-core's serious and critical violations on the page as it is now (WCAG 2 A/AA
+ * rules), each as `"<rule>: <help> (<first target>)"`.
+ */
+export async function seriousViolations(page) {
+  if (!(await page.evaluate(() => 'axe' in window))) {
+    // Evaluated through the DevTools protocol: the console's CSP (script-src 'self')
+    // rightly refuses an injected <script>.
+    await page.evaluate(await readFile(AXE, 'utf8'));
+  }
+  const result = await page.evaluate(() => window.axe.run(document, {
+    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
+  }));
+  return result.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id}: ${v.help} (${v.nodes[0]?.target?.join(' ') ?? '?'})`);
+}

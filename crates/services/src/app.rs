@@ -177,7 +177,8 @@ impl Services {
                 bindings.clone(),
                 cluster.clone(),
                 oauth.clone(),
-            ),
+            )
+            .audited_by(audit.clone()),
             oauth,
             elicitations,
             sampling,

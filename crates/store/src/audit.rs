@@ -23,6 +23,10 @@ pub enum AuditOutcome {
     Approved,
     /// An admin rejected a user's parked call.
     Rejected,
+    /// An admin changed a user's server (support acting for the user).
+    ServerChanged,
+    /// An admin deleted a user's server.
+    ServerDeleted,
 }
 
 impl AuditOutcome {
@@ -31,6 +35,8 @@ impl AuditOutcome {
             AuditOutcome::Settled(status) => status.as_str(),
             AuditOutcome::Approved => "approved",
             AuditOutcome::Rejected => "rejected",
+            AuditOutcome::ServerChanged => "server_changed",
+            AuditOutcome::ServerDeleted => "server_deleted",
         }
     }
 }

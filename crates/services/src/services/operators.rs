@@ -157,7 +157,15 @@ fn audit_filter(query: AuditQuery) -> Result<AuditFilter> {
 }
 
 /// What an audit row's `outcome` may be.
-const OUTCOMES: [&str; 5] = ["done", "error", "cancelled", "approved", "rejected"];
+const OUTCOMES: [&str; 7] = [
+    "done",
+    "error",
+    "cancelled",
+    "approved",
+    "rejected",
+    "server_changed",
+    "server_deleted",
+];
 
 #[derive(Clone)]
 pub struct OperatorService {

@@ -20,7 +20,7 @@ use crate::domain::{
 use crate::error::{Error, Resource, Result};
 use crate::pool::Pool;
 use crate::security::UrlPolicy;
-use crate::store::{Store, StoreError};
+use crate::store::{AuditEntry, AuditOutcome, Store, StoreError};
 
 #[derive(Clone)]
 pub struct ServerService {
@@ -35,6 +35,8 @@ pub struct ServerService {
     cluster: Cluster,
     /// Deleting a server revokes and forgets its users' tokens.
     oauth: super::OAuthService,
+    /// An admin's change to a user's server is on the record.
+    audit: Option<super::AuditTrail>,
 }
 
 impl ServerService {
@@ -55,7 +57,34 @@ impl ServerService {
             bindings,
             cluster,
             oauth,
+            audit: None,
         }
+    }
+
+    /// Records admins' changes to users' servers in `audit`.
+    pub fn audited_by(self, audit: super::AuditTrail) -> Self {
+        Self {
+            audit: Some(audit),
+            ..self
+        }
+    }
+
+    /// An admin's change (`admin`, their key) to `user`'s server, as an audit row.
+    fn record_admin_change(
+        &self,
+        user: &UserId,
+        server: Uuid,
+        name: &str,
+        admin: Option<Uuid>,
+        outcome: AuditOutcome,
+    ) {
+        let (Some(audit), Some(admin)) = (&self.audit, admin) else {
+            return;
+        };
+        let mut entry = AuditEntry::new(user, outcome, name, "");
+        entry.server_id = Some(server);
+        entry.decided_by = Some(admin.to_string());
+        audit.record(entry);
     }
 
     async fn stop_everywhere(&self, user: &UserId, server: Uuid) {
@@ -103,7 +132,15 @@ impl ServerService {
         Ok(server)
     }
 
-    pub async fn update(&self, user: &UserId, id: &str, input: ServerInput) -> Result<McpServer> {
+    /// Changes the server; `admin` is the key of an admin acting for the user, whose
+    /// change is audit-logged as theirs.
+    pub async fn update(
+        &self,
+        user: &UserId,
+        id: &str,
+        input: ServerInput,
+        admin: Option<Uuid>,
+    ) -> Result<McpServer> {
         let mut server = self.get(user, id).await?;
         let spec = self.build_spec(input, Some(&server.spec)).await?;
         if super::oauth::resource_of(&server.spec) != super::oauth::resource_of(&spec) {
@@ -127,11 +164,18 @@ impl ServerService {
         // The next use connects with the new definition, here and on other instances.
         self.stop_everywhere(user, server.id).await;
         tracing::info!(user = %user, server = %server.id, "MCP server updated");
+        let name = server.spec.name.as_str();
+        self.record_admin_change(user, server.id, name, admin, AuditOutcome::ServerChanged);
         Ok(server)
     }
 
-    pub async fn delete(&self, user: &UserId, id: &str) -> Result<()> {
+    /// Deletes the server; `admin` as for [`Self::update`].
+    pub async fn delete(&self, user: &UserId, id: &str, admin: Option<Uuid>) -> Result<()> {
         let uuid = parse_server_id(id)?;
+        let name = match admin {
+            Some(_) => self.get(user, id).await?.spec.name.as_str().to_owned(),
+            None => String::new(),
+        };
         if !self.store.servers().delete(user, uuid).await? {
             return Err(Error::NotFound(Resource::McpServer, id.to_owned()));
         }
@@ -142,6 +186,7 @@ impl ServerService {
             tracing::warn!(%error, server = %uuid, "could not forget the server's OAuth tokens");
         }
         tracing::info!(user = %user, server = %uuid, "MCP server deleted");
+        self.record_admin_change(user, uuid, &name, admin, AuditOutcome::ServerDeleted);
         Ok(())
     }
 

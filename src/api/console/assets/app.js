@@ -70,6 +70,76 @@ function ErrorBox({ error }) {
   </div>`;
 }
 
+/** Previous/next for a server-side page; `go(page)` changes the address. */
+function Pager({ result, go, label }) {
+  if (!result) return null;
+  const pages = Math.max(1, Math.ceil(result.total / result.pageSize));
+  return html`<div class="pager">
+    <button type="button" disabled=${result.page === 0} onClick=${() => go(result.page - 1)}>Previous page</button>
+    <span aria-live="polite" data-testid=${`${label}-page`}>Page ${result.page + 1} of ${pages} · ${result.total} ${label}</span>
+    <button type="button" disabled=${result.page + 1 >= pages} onClick=${() => go(result.page + 1)}>Next page</button>
+  </div>`;
+}
+
+/** The text of a tool result (MCP content) or of a record's response, for a person. */
+function resultText(response) {
+  if (response == null) return '';
+  if (typeof response === 'string') return response;
+  const blocks = Array.isArray(response) ? response : response.content;
+  if (Array.isArray(blocks)) {
+    return blocks.map((b) => (b && b.type === 'text' ? b.text : `[${(b && b.type) || 'content'}]`)).join('\n');
+  }
+  return JSON.stringify(response);
+}
+
+/**
+ * Decides a parked call as its user and follows it until it settles (bounded): what the
+ * decision led to, with the call's result. Each call's outcome is its own: deciding one
+ * call while another is followed never overwrites the other's.
+ */
+async function decideCall(user, messageId, call, approved) {
+  const answer = await api('POST', `/api/messages/${enc(messageId)}/tool-confirm`,
+    { user, body: { toolCallId: call.id, approved } });
+  let record = answer.toolCall;
+  for (let wait = 200; (record.status === 'invoking' || record.status === 'pending') && wait < 8000; wait *= 1.5) {
+    await new Promise((resolve) => setTimeout(resolve, wait));
+    const message = await api('GET', `/api/messages/${enc(messageId)}`, { user });
+    record = message.toolCalls.find((c) => c.id === call.id) || record;
+  }
+  return record;
+}
+
+/** The outcomes of decisions made on this page, newest first, each kept. */
+function Decisions({ decisions }) {
+  if (!decisions.length) return null;
+  return html`<ul class="decisions" aria-label="Decisions" aria-live="polite">
+    ${decisions.map((d) => html`<li key=${d.key} class=${d.error ? 'alert error' : 'alert ok'} data-decision=${d.key}>
+      <strong>${d.verb} ${d.name}</strong> of ${d.user}${d.error ? html`: <code>${d.error.code}</code> ${d.error.message}`
+        : d.record ? html`: now ${d.record.status}${resultText(d.record.response)
+          ? html`<pre data-testid="decision-result">${resultText(d.record.response)}</pre>` : null}`
+          : ': waiting for its result…'}
+    </li>`)}
+  </ul>`;
+}
+
+/** Decisions as a list a page keeps: `decide` adds one and fills it in when it settles. */
+function useDecisions(onSettled) {
+  const [decisions, setDecisions] = useState([]);
+  const decide = async (user, messageId, call, approved) => {
+    const key = `${messageId}/${call.id}/${Date.now()}`;
+    const base = { key, user, verb: approved ? 'Approved' : 'Rejected', name: call.toolName || call.displayName };
+    setDecisions((old) => [base, ...old].slice(0, 20));
+    const update = (patch) => setDecisions((old) => old.map((d) => (d.key === key ? { ...d, ...patch } : d)));
+    try {
+      update({ record: await decideCall(user, messageId, call, approved) });
+    } catch (error) {
+      update({ error });
+    }
+    if (onSettled) onSettled();
+  };
+  return [decisions, decide];
+}
+
 function when(iso) {
   if (!iso) return '—';
   const date = new Date(iso);
@@ -283,7 +353,7 @@ function Overview() {
       ${card('Errored', c && c.error, 'connections-error')}
       ${card('Awaiting authorization', c && c.authRequired, 'connections-auth')}
       ${card('Stdio processes', c && c.stdio, 'stdio')}
-      ${card('Parked tool calls', stats && stats.confirmations.parkedCalls, 'parked')}
+      <a class="card-link" href="#/approvals">${card('Parked tool calls', stats && stats.confirmations.parkedCalls, 'parked')}</a>
       ${card('Confirmation actors', stats && stats.confirmations.activeMessages, 'confirmation-actors')}
       ${card('Live instances', liveInstances, 'instances')}
     </div>
@@ -356,7 +426,7 @@ function Connections() {
     <div class="table-wrap"><table aria-label="Live connections">
       <thead><tr><th>User</th><th>Server</th><th class="hide-narrow">Transport</th><th>State</th>
         <th class="hide-narrow">Server info</th><th class="hide-narrow">Connected since</th><th>Idle for</th>
-        <th>Last error</th><th>Actions</th></tr></thead>
+        <th>Last error</th><th class="actions">Actions</th></tr></thead>
       <tbody>${shown.map((c) => html`<tr key=${connectionKey(c)} data-user=${c.userId}
           data-server=${c.serverId} data-state=${c.state}>
         <td>${c.userId}</td>
@@ -368,14 +438,15 @@ function Connections() {
         <td class="hide-narrow">${c.serverInfo ? `${c.serverInfo.name} ${c.serverInfo.version || ''}` : '—'}</td>
         <td class="hide-narrow">${when(c.connectedAt)}</td>
         <td>${ago(c.lastActiveAt, now)}</td>
-        <td>${c.lastError || '—'}</td>
+        <td>${c.lastError ? html`<span class="cause">${c.lastError}</span>` : '—'}</td>
         <td class="actions">
           <button type="button" aria-label=${`Refresh ${c.serverName} of ${c.userId}`}
             onClick=${() => act(`Refreshed ${c.serverName} of ${c.userId}.`, 'POST',
               `/admin/connections/${enc(c.userId)}/${enc(c.serverId)}/refresh`)}>Refresh</button>
           <button type="button" class="danger" aria-label=${`Stop ${c.serverName} of ${c.userId}`}
-            onClick=${() => act(`Stopped ${c.serverName} of ${c.userId}.`, 'DELETE',
-              `/admin/connections/${enc(c.userId)}/${enc(c.serverId)}`)}>Stop</button>
+            onClick=${() => confirm(`Stop the connection to ${c.serverName} of ${c.userId}? Its calls in flight fail; the next call connects again.`)
+              && act(`Stopped ${c.serverName} of ${c.userId}.`, 'DELETE',
+                `/admin/connections/${enc(c.userId)}/${enc(c.serverId)}`)}>Stop</button>
         </td>
       </tr>`)}</tbody>
     </table></div>`;
@@ -383,30 +454,49 @@ function Connections() {
 
 // ---------------------------------------------------------------- users
 
-function Users({ user }) {
-  const [query, setQuery] = useState(user || '');
-  // Follows the address when it names a user; never clears what is being typed (an
-  // effect that reset the field on mount could undo the first keystrokes).
-  useEffect(() => { if (user) setQuery(user); }, [user]);
-  const submit = (e) => {
-    e.preventDefault();
-    if (query.trim()) location.hash = `#/users/${enc(query.trim())}`;
-  };
+function Users({ user, params }) {
+  if (user) {
+    return html`<h1>User ${user}</h1>
+      <p><a href="#/users">← All users</a></p>
+      <${UserDetail} key=${user} user=${user} />`;
+  }
+  return html`<${UserList} params=${params} />`;
+}
+
+/** Every user with servers, found by part of their id; the search and page are in the address. */
+function UserList({ params }) {
+  const search = params.get('search') || '';
+  const page = Number(params.get('page') || 0);
+  const [query, setQuery] = useState(search);
+  useEffect(() => { setQuery(search); }, [search]);
+  const [result] = useAsync(() => api('GET', `/admin/users?${new URLSearchParams({ search, page, pageSize: PAGE_SIZE })}`), [search, page]);
   return html`<h1>Users</h1>
-    <form class="panel row" role="search" aria-label="Find a user" onSubmit=${submit}>
-      <div class="field"><label for="user-id">User id</label>
-        <input id="user-id" value=${query} onInput=${(e) => setQuery(e.target.value)} required /></div>
+    <form class="panel row" role="search" aria-label="Find users"
+      onSubmit=${(e) => { e.preventDefault(); navigate('users', { search: query.trim() }); }}>
+      <div class="field"><label for="user-search">User id or part of it</label>
+        <input id="user-search" type="search" value=${query} onInput=${(e) => setQuery(e.target.value)} /></div>
       <button class="primary" type="submit">Find</button>
     </form>
-    ${user ? html`<${UserDetail} key=${user} user=${user} />` : null}`;
+    <${ErrorBox} error=${result.error} />
+    ${result.data ? html`
+      <${Pager} result=${result.data} label="users" go=${(p) => navigate('users', { search, page: p })} />
+      ${result.data.users.length ? html`<div class="table-wrap"><table aria-label="Users">
+        <thead><tr><th>User</th><th>Servers</th><th>Open calls</th></tr></thead>
+        <tbody>${result.data.users.map((u) => html`<tr data-user=${u.userId}>
+          <td><a href=${`#/users/${enc(u.userId)}`}>${u.userId}</a></td>
+          <td>${u.servers}</td>
+          <td>${u.openCalls ? html`<strong>${u.openCalls}</strong>` : '0'}</td>
+        </tr>`)}</tbody></table></div>`
+      : html`<p class="muted">No user${search ? html` whose id holds “${search}”` : ''}.</p>`}` : null}`;
 }
 
 function UserDetail({ user }) {
   const [overview, reloadOverview] = useAsync(() => api('GET', `/admin/users/${enc(user)}`), [user]);
   const [servers] = useAsync(() => api('GET', '/api/mcp-servers', { user }), [user]);
   const [oauth, setOauth] = useState({});
-  const [decision, setDecision] = useState(null);
-  const [error, setError] = useState(null);
+  const [decisions, decide] = useDecisions(() => reloadOverview());
+  // Live: a call parked or settled anywhere changes the parked count on the admin stream.
+  useParkedChanges(reloadOverview);
   useEffect(() => {
     if (!servers.data) return;
     for (const server of servers.data.servers) {
@@ -418,29 +508,6 @@ function UserDetail({ user }) {
     }
   }, [servers.data]);
   const names = new Map((servers.data ? servers.data.servers : []).map((s) => [s.id, s.name]));
-  const decide = async (messageId, call, approved) => {
-    setError(null);
-    setDecision(null);
-    try {
-      const answer = await api('POST', `/api/messages/${enc(messageId)}/tool-confirm`,
-        { user, body: { toolCallId: call.id, approved } });
-      const verb = approved ? 'Approved' : 'Rejected';
-      const name = call.displayName || call.toolName;
-      setDecision(`${verb} ${name}: now ${answer.toolCall.status}.`);
-      reloadOverview();
-      // An approved call runs on; follow this one call until it settles (bounded).
-      let status = answer.toolCall.status;
-      for (let wait = 200; (status === 'invoking' || status === 'pending') && wait < 5000; wait *= 1.5) {
-        await new Promise((resolve) => setTimeout(resolve, wait));
-        const message = await api('GET', `/api/messages/${enc(messageId)}`, { user });
-        status = (message.toolCalls.find((c) => c.id === call.id) || {}).status;
-      }
-      setDecision(`${verb} ${name}: now ${status}.`);
-      reloadOverview();
-    } catch (failure) {
-      setError(failure);
-    }
-  };
   const secrets = (map) => (map && Object.keys(map).length
     ? Object.entries(map).map(([k, v]) => html`<div><code>${k}</code> = <code>${v}</code></div>`) : '—');
   return html`
@@ -470,8 +537,7 @@ function UserDetail({ user }) {
       </tr>`)}</tbody></table></div>` : html`<p class="muted">No assistants.</p>`) : null}
 
     <h2>Open tool calls</h2>
-    <${ErrorBox} error=${error} />
-    ${decision ? html`<div class="alert ok" role="status">${decision}</div>` : null}
+    <${Decisions} decisions=${decisions} />
     ${overview.data ? (overview.data.openToolCalls.length ? html`<div class="table-wrap"><table aria-label="Open tool calls">
       <thead><tr><th>Tool</th><th>Server</th><th>Status</th><th>Arguments</th><th>Message</th><th>Decide</th></tr></thead>
       <tbody>${overview.data.openToolCalls.flatMap((m) => m.toolCalls.map((call) => html`<tr data-call=${call.id}>
@@ -482,74 +548,237 @@ function UserDetail({ user }) {
         <td class="mono">${m.messageId}<div class="muted">${when(m.createdAt)}</div></td>
         <td class="actions">${call.status === 'pending' ? html`
           <button type="button" class="primary" aria-label=${`Approve ${call.displayName || call.toolName}`}
-            onClick=${() => decide(m.messageId, call, true)}>Approve</button>
+            onClick=${() => decide(user, m.messageId, call, true)}>Approve</button>
           <button type="button" class="danger" aria-label=${`Reject ${call.displayName || call.toolName}`}
-            onClick=${() => decide(m.messageId, call, false)}>Reject</button>` : 'running'}</td>
+            onClick=${() => decide(user, m.messageId, call, false)}>Reject</button>` : 'running'}</td>
       </tr>`))}</tbody></table></div>
       <p class="hint">Decisions made here are recorded in the audit log as this admin key's.</p>`
     : html`<p class="muted">No open tool calls.</p>`) : null}`;
 }
 
+// ---------------------------------------------------------------- approvals
+
+/** Calls `reload` whenever the number of parked calls changes (admin stream `stats`). */
+function useParkedChanges(reload) {
+  const last = useRef(null);
+  useLive('stats', (stats) => {
+    const parked = stats && stats.confirmations ? stats.confirmations.parkedCalls : null;
+    if (last.current !== null && parked !== last.current) reload();
+    last.current = parked;
+  }, [reload]);
+}
+
+/** Every call waiting for a decision, across users, oldest first; live. */
+function Approvals({ params }) {
+  const page = Number(params.get('page') || 0);
+  const [result, reload] = useAsync(() => api('GET', `/admin/approvals?${new URLSearchParams({ page, pageSize: PAGE_SIZE })}`), [page]);
+  const [decisions, decide] = useDecisions(() => reload());
+  useParkedChanges(reload);
+  const now = useNow(5000);
+  return html`<h1>Approvals</h1>
+    <p class="hint">Every tool call waiting for its user's decision, oldest first. A decision made here is
+      recorded in the audit log as this admin key's.</p>
+    <${Decisions} decisions=${decisions} />
+    <${ErrorBox} error=${result.error} />
+    ${result.data ? html`
+      <${Pager} result=${result.data} label="waiting" go=${(p) => navigate('approvals', { page: p })} />
+      ${result.data.calls.length ? html`<div class="table-wrap"><table aria-label="Waiting calls">
+        <thead><tr><th>Waiting for</th><th>User</th><th>Tool</th><th class="hide-narrow">Arguments</th><th class="actions">Decide</th></tr></thead>
+        <tbody>${result.data.calls.map((c) => {
+          const name = c.toolCall.toolName || c.toolCall.displayName;
+          return html`<tr key=${`${c.messageId}/${c.toolCall.id}`} data-message=${c.messageId} data-call=${c.toolCall.id}>
+            <td>${ago(c.since, now)}<div class="muted">${when(c.since)}</div></td>
+            <td><a href=${`#/users/${enc(c.userId)}`}>${c.userId}</a></td>
+            <td>${c.toolCall.toolName}<div class="muted">on ${c.toolCall.serverName || '—'}</div></td>
+            <td class="hide-narrow"><pre>${JSON.stringify(c.toolCall.arguments, null, 2)}</pre></td>
+            <td class="actions">
+              <button type="button" class="primary" aria-label=${`Approve ${name} of ${c.userId}`}
+                onClick=${() => decide(c.userId, c.messageId, c.toolCall, true)}>Approve</button>
+              <button type="button" class="danger" aria-label=${`Reject ${name} of ${c.userId}`}
+                onClick=${() => decide(c.userId, c.messageId, c.toolCall, false)}>Reject</button>
+            </td>
+          </tr>`;
+        })}</tbody></table></div>`
+      : html`<p class="muted" data-testid="no-approvals">No call is waiting for a decision.</p>`}` : null}`;
+}
+
+// ---------------------------------------------------------------- servers
+
+/** Every user's servers by name, user or URL; each with its connection here and what to do. */
+function Servers({ params }) {
+  const search = params.get('search') || '';
+  const page = Number(params.get('page') || 0);
+  const [query, setQuery] = useState(search);
+  useEffect(() => { setQuery(search); }, [search]);
+  const [result, reload] = useAsync(() => api('GET', `/admin/servers?${new URLSearchParams({ search, page, pageSize: PAGE_SIZE })}`), [search, page]);
+  const [notice, setNotice] = useState(null);
+  const [error, setError] = useState(null);
+  const [open, setOpen] = useState(null);
+  const act = async (label, run) => {
+    setError(null);
+    setNotice(null);
+    try {
+      await run();
+      setNotice(label);
+    } catch (failure) {
+      setError(failure);
+    }
+    reload();
+  };
+  const reconnect = (s) => act(`Connected ${s.name} of ${s.userId}.`, async () => {
+    await api('POST', `/api/mcp-servers/${enc(s.id)}/connect`, { user: s.userId });
+  });
+  const toggleActive = (s) => act(`${s.isActive ? 'Deactivated' : 'Activated'} ${s.name} of ${s.userId}.`,
+    () => api('PUT', `/api/mcp-servers/${enc(s.id)}`, { user: s.userId, body: { isActive: !s.isActive } }));
+  const remove = (s) => {
+    if (!confirm(`Delete the server “${s.name}” of ${s.userId}? Its connection stops and it is unbound from every assistant.`)) return;
+    act(`Deleted ${s.name} of ${s.userId}.`, () => api('DELETE', `/api/mcp-servers/${enc(s.id)}`, { user: s.userId }));
+  };
+  const setTools = (s, field, label) => {
+    const current = s[field].join(', ');
+    const given = prompt(`${label} of “${s.name}” (${s.userId}), comma-separated:`, current);
+    if (given === null) return;
+    const tools = given.split(',').map((t) => t.trim()).filter(Boolean);
+    act(`Saved ${label.toLowerCase()} of ${s.name}.`,
+      () => api('PUT', `/api/mcp-servers/${enc(s.id)}`, { user: s.userId, body: { [field]: tools } }));
+  };
+  return html`<h1>Servers</h1>
+    <form class="panel row" role="search" aria-label="Find servers"
+      onSubmit=${(e) => { e.preventDefault(); navigate('servers', { search: query.trim() }); }}>
+      <div class="field"><label for="server-search">Name, user or URL</label>
+        <input id="server-search" type="search" value=${query} onInput=${(e) => setQuery(e.target.value)} /></div>
+      <button class="primary" type="submit">Find</button>
+    </form>
+    <${ErrorBox} error=${error || result.error} />
+    ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
+    ${result.data ? html`
+      <${Pager} result=${result.data} label="servers" go=${(p) => navigate('servers', { search, page: p })} />
+      <p class="hint">Changes made here act for the server's user and are recorded in the audit log as this admin key's.
+        The state is this instance's connection.</p>
+      ${result.data.servers.length ? html`<div class="table-wrap"><table aria-label="Servers">
+        <thead><tr><th>Server</th><th>User</th><th class="hide-narrow">Where</th><th>State</th><th class="actions">Actions</th></tr></thead>
+        <tbody>${result.data.servers.map((s) => {
+          const c = s.connection;
+          return html`<tr key=${s.id} data-server=${s.id} data-user=${s.userId}>
+            <td>${s.name}<div class="muted">${s.type}${s.isActive ? '' : ' · inactive'}</div>
+              ${s.disabledTools.length ? html`<div class="muted">disabled: ${s.disabledTools.join(', ')}</div>` : null}
+              ${s.autoApproveTools.length ? html`<div class="muted">auto-approved: ${s.autoApproveTools.join(', ')}</div>` : null}</td>
+            <td><a href=${`#/users/${enc(s.userId)}`}>${s.userId}</a></td>
+            <td class="hide-narrow mono">${s.target}</td>
+            <td>${c ? html`<${StateBadge} state=${c.state} />` : html`<span class="muted">not connected here</span>`}</td>
+            <td class="actions">
+              <button type="button" class="primary" aria-label=${`Reconnect ${s.name} of ${s.userId}`} onClick=${() => reconnect(s)}>Reconnect</button>
+              <details class="more"><summary aria-label=${`More for ${s.name} of ${s.userId}`}>More</summary>
+                <div class="menu">
+                  <button type="button" onClick=${() => setTools(s, 'disabledTools', 'Disabled tools')}>Disabled tools…</button>
+                  <button type="button" onClick=${() => setTools(s, 'autoApproveTools', 'Auto-approved tools')}>Auto-approve…</button>
+                  <button type="button" onClick=${() => toggleActive(s)}>${s.isActive ? 'Deactivate' : 'Activate'}</button>
+                  <button type="button" class="danger" onClick=${() => remove(s)}>Delete</button>
+                </div></details>
+            </td>
+          </tr>
+          ${c && (c.lastError || c.history.length) ? html`<tr class="sub" data-server-detail=${s.id}><td colspan="5"><div class="sub-body">
+            ${c.lastError ? html`<div class="cause" data-testid="last-error">${c.lastError}</div>` : null}
+            ${c.history.length ? html`<button type="button" class="link" aria-expanded=${open === s.id}
+              onClick=${() => setOpen(open === s.id ? null : s.id)}>History (${c.history.length})</button>` : null}
+            ${open === s.id ? html`<ol class="history" aria-label=${`History of ${s.name}`}>
+              ${[...c.history].reverse().map((h) => html`<li><${StateBadge} state=${h.state} /> ${when(h.at)}
+                ${h.cause ? html`<div class="cause">${h.cause}</div>` : null}</li>`)}</ol>` : null}
+          </div></td></tr>` : null}`;
+        })}</tbody></table></div>`
+      : html`<p class="muted">No server${search ? html` whose name, user or URL holds “${search}”` : ''}.</p>`}` : null}`;
+}
+
 // ---------------------------------------------------------------- audit
 
-const OUTCOMES = ['done', 'error', 'cancelled', 'approved', 'rejected'];
+const OUTCOMES = ['done', 'error', 'cancelled', 'approved', 'rejected', 'server_changed', 'server_deleted'];
+const DOORS = ['rest', 'chat', 'gateway', 'xiaozhi', 'grpc'];
 const PAGE_SIZE = 25;
+const AUDIT_FILTERS = ['userId', 'server', 'tool', 'via', 'outcome', 'from', 'to'];
 
-function Audit() {
-  const empty = { userId: '', serverId: '', tool: '', outcome: '', from: '', to: '' };
-  const [draft, setDraft] = useState(empty);
-  const [filter, setFilter] = useState(empty);
-  const [page, setPage] = useState(0);
-  const [result, setResult] = useState(null);
-  const [error, setError] = useState(null);
+/** `datetime-local` (the browser's zone) ↔ RFC 3339 (what the address and the API hold). */
+const toIso = (local) => (local ? new Date(local).toISOString() : '');
+const toLocal = (iso) => {
+  if (!iso) return '';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const pad = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+};
+
+function Audit({ params }) {
+  const filter = Object.fromEntries(AUDIT_FILTERS.map((k) => [k, params.get(k) || '']));
+  const page = Number(params.get('page') || 0);
+  const selected = params.get('row');
+  const [draft, setDraft] = useState({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) });
+  const key = params.toString();
+  useEffect(() => { setDraft({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) }); }, [key]);
+  const query = new URLSearchParams(Object.entries(filter).filter(([, v]) => v));
+  const [result] = useAsync(() => api('GET', `/admin/audit?${query}&page=${page}&pageSize=${PAGE_SIZE}`), [key]);
+  const [detail] = useAsync(() => (selected ? api('GET', `/admin/audit/${enc(selected)}`) : Promise.resolve(null)), [selected]);
   const [keyNames, setKeyNames] = useState(new Map());
   useEffect(() => {
     api('GET', '/admin/keys').then((body) => setKeyNames(new Map(body.keys.map((k) => [k.id, k.name]))), () => {});
   }, []);
-  useEffect(() => {
-    const params = new URLSearchParams();
-    for (const [k, v] of Object.entries(filter)) {
-      if (!v) continue;
-      params.set(k, k === 'from' || k === 'to' ? new Date(v).toISOString() : v);
-    }
-    params.set('page', page);
-    params.set('pageSize', PAGE_SIZE);
-    setError(null);
-    api('GET', `/admin/audit?${params}`).then(setResult, (e) => { setError(e); setResult(null); });
-  }, [filter, page]);
+  const go = (changes) => navigate('audit', { ...filter, page, row: selected, ...changes });
   const set = (field) => (e) => setDraft({ ...draft, [field]: e.target.value });
-  const pages = result ? Math.max(1, Math.ceil(result.total / result.pageSize)) : 1;
-  const shownPage = result ? result.page : page;
   const field = (id, label, input) => html`<div class="field"><label for=${id}>${label}</label>${input}</div>`;
+  const who = (e) => {
+    const key = e.decidedBy || e.keyId;
+    if (!key) return e.via === 'chat' ? 'the agent loop' : '—';
+    const name = keyNames.get(key);
+    const kind = e.decidedBy || e.byAdmin ? 'admin key' : e.via === 'gateway' ? 'gateway token' : e.via === 'xiaozhi' ? 'bridge' : 'key';
+    return name ? html`${kind} “${name}”` : html`${kind} <code>${key.slice(0, 8)}</code>`;
+  };
+  const exportLink = (format) => `/admin/audit?${new URLSearchParams([...query, ['format', format]])}`;
   return html`<h1>Audit log</h1>
     <form class="panel row" aria-label="Filter the audit log"
-      onSubmit=${(e) => { e.preventDefault(); setPage(0); setFilter(draft); }}>
+      onSubmit=${(e) => { e.preventDefault(); navigate('audit', { ...draft, from: toIso(draft.from), to: toIso(draft.to) }); }}>
       ${field('a-user', 'User id', html`<input id="a-user" value=${draft.userId} onInput=${set('userId')} />`)}
-      ${field('a-server', 'Server id', html`<input id="a-server" value=${draft.serverId} onInput=${set('serverId')} />`)}
+      ${field('a-server', 'Server name', html`<input id="a-server" value=${draft.server} onInput=${set('server')} />`)}
       ${field('a-tool', 'Tool', html`<input id="a-tool" value=${draft.tool} onInput=${set('tool')} />`)}
+      ${field('a-via', 'Door', html`<select id="a-via" value=${draft.via} onChange=${set('via')}>
+        <option value="">any</option>${DOORS.map((o) => html`<option value=${o}>${o}</option>`)}</select>`)}
       ${field('a-outcome', 'Outcome', html`<select id="a-outcome" value=${draft.outcome} onChange=${set('outcome')}>
-        <option value="">any</option>${OUTCOMES.map((o) => html`<option value=${o}>${o}</option>`)}</select>`)}
+        <option value="">any</option>${OUTCOMES.map((o) => html`<option value=${o}>${o.replace('_', ' ')}</option>`)}</select>`)}
       ${field('a-from', 'From', html`<input id="a-from" type="datetime-local" value=${draft.from} onInput=${set('from')} />`)}
       ${field('a-to', 'To', html`<input id="a-to" type="datetime-local" value=${draft.to} onInput=${set('to')} />`)}
       <button class="primary" type="submit">Apply</button>
-      <button type="button" onClick=${() => { setDraft(empty); setFilter(empty); setPage(0); }}>Clear</button>
+      <button type="button" onClick=${() => navigate('audit')}>Clear</button>
     </form>
-    <${ErrorBox} error=${error} />
-    ${result ? html`
-      <div class="pager">
-        <button type="button" disabled=${page === 0} onClick=${() => setPage(page - 1)}>Previous page</button>
-        <span aria-live="polite" data-testid="audit-page">Page ${shownPage + 1} of ${pages} · ${result.total} entries</span>
-        <button type="button" disabled=${page + 1 >= pages} onClick=${() => setPage(page + 1)}>Next page</button>
-      </div>
+    <p class="row exports">Export what this filter keeps:
+      <a class="button" href=${exportLink('csv')} download="audit.csv">CSV</a>
+      <a class="button" href=${exportLink('ndjson')} download="audit.ndjson">NDJSON</a></p>
+    <${ErrorBox} error=${result.error} />
+    ${selected ? html`<section class="panel" aria-label="Audit entry" data-testid="audit-detail">
+      <h2>Entry</h2>
+      <${ErrorBox} error=${detail.error} />
+      ${detail.data ? html`<dl class="detail">
+        <dt>When</dt><dd>${when(detail.data.createdAt)}</dd>
+        <dt>Who</dt><dd>${detail.data.userId} · ${who(detail.data)}${detail.data.via ? ` · via ${detail.data.via}` : ''}</dd>
+        <dt>What</dt><dd>${detail.data.serverName} · ${detail.data.toolName || '—'}</dd>
+        <dt>Outcome</dt><dd>${detail.data.outcome}${detail.data.errorCode ? html` · <code>${detail.data.errorCode}</code>` : ''}
+          ${detail.data.latencyMs == null ? '' : ` · ${detail.data.latencyMs} ms`}</dd>
+        ${detail.data.errorMessage ? html`<dt>Error</dt><dd class="cause">${detail.data.errorMessage}</dd>` : null}
+        <dt>Arguments</dt><dd><pre data-testid="audit-arguments">${detail.data.arguments || '—'}</pre></dd>
+        <dt>Result</dt><dd><pre data-testid="audit-result">${detail.data.result || '—'}</pre></dd>
+        <dt>Instance</dt><dd class="mono">${detail.data.instanceId || '—'}</dd>
+      </dl>` : null}
+      <button type="button" onClick=${() => go({ row: '' })}>Close</button>
+    </section>` : null}
+    ${result.data ? html`
+      <${Pager} result=${result.data} label="entries" go=${(p) => go({ page: p, row: '' })} />
       <div class="table-wrap"><table aria-label="Audit entries">
         <thead><tr><th>When</th><th>User</th><th>Server</th><th>Tool</th><th>Outcome</th>
-          <th>Error</th><th>Latency</th><th class="hide-narrow">Decided by</th></tr></thead>
-        <tbody>${result.entries.map((e) => html`<tr data-entry=${e.id}>
+          <th>Error</th><th class="hide-narrow">Latency</th><th class="hide-narrow">Who</th><th class="actions"></th></tr></thead>
+        <tbody>${result.data.entries.map((e) => html`<tr data-entry=${e.id}>
           <td>${when(e.createdAt)}</td><td>${e.userId}</td>
-          <td>${e.serverName}</td><td>${e.toolName}</td><td>${e.outcome}</td>
-          <td>${e.errorCode || '—'}</td><td>${e.latencyMs == null ? '—' : `${e.latencyMs} ms`}</td>
-          <td class="hide-narrow">${e.decidedBy ? (keyNames.has(e.decidedBy)
-            ? html`admin key “${keyNames.get(e.decidedBy)}”` : html`admin key <code>${e.decidedBy}</code>`) : '—'}</td>
+          <td>${e.serverName}</td><td>${e.toolName || '—'}</td><td>${e.outcome.replace('_', ' ')}</td>
+          <td>${e.errorCode ? html`<code>${e.errorCode}</code>${e.errorMessage ? html`<div class="cause">${e.errorMessage}</div>` : null}` : '—'}</td>
+          <td class="hide-narrow">${e.latencyMs == null ? '—' : `${e.latencyMs} ms`}</td>
+          <td class="hide-narrow">${who(e)}${e.via ? html`<div class="muted">via ${e.via}</div>` : null}</td>
+          <td class="actions"><button type="button" aria-label=${`Details of ${e.toolName || e.outcome} at ${when(e.createdAt)}`}
+            onClick=${() => { go({ row: e.id }); scrollTo(0, 0); }}>Details</button></td>
         </tr>`)}</tbody></table></div>` : null}`;
 }
 
@@ -862,7 +1091,9 @@ function Keys() {
   const [keys, reload] = useAsync(() => api('GET', '/admin/keys'), []);
   const [name, setName] = useState('');
   const [role, setRole] = useState('service');
-  const [created, setCreated] = useState(null);
+  const [created, setCreatedKey] = useState(null);
+  const [copied, setCopied] = useState(false);
+  const setCreated = (key) => { setCopied(false); setCreatedKey(key); };
   const [error, setError] = useState(null);
   const create = async (e) => {
     e.preventDefault();
@@ -876,7 +1107,12 @@ function Keys() {
   const revoke = async (key) => {
     setError(null);
     if (!confirm(`Revoke the key “${key.name}”? Requests made with it will be refused.`)) return;
-    try { await api('DELETE', `/admin/keys/${enc(key.id)}`); reload(); } catch (failure) { setError(failure); }
+    try {
+      await api('DELETE', `/admin/keys/${enc(key.id)}`);
+      // A revoked key's secret has nothing left to be copied for.
+      if (created && created.id === key.id) setCreated(null);
+      reload();
+    } catch (failure) { setError(failure); }
   };
   return html`<section class="panel" aria-labelledby="keys-title">
     <h2 id="keys-title">API keys</h2>
@@ -890,12 +1126,15 @@ function Keys() {
     </form>
     ${created ? html`<div class="alert ok" role="status">
       Key “${created.name}” created. Copy it now: it is not shown again.
-      <div class="secret-once mono" data-testid="new-key">${created.key}</div></div>` : null}
+      <div class="secret-once mono" data-testid="new-key">${created.key}</div>
+      <button type="button" onClick=${() => navigator.clipboard.writeText(created.key).then(
+        () => setCopied(true), () => setCopied(false))}>${copied ? 'Copied' : 'Copy'}</button>
+      <button type="button" onClick=${() => setCreated(null)}>Done</button></div>` : null}
     <${ErrorBox} error=${error || keys.error} />
     ${keys.data ? html`<div class="table-wrap"><table aria-label="API keys">
-      <thead><tr><th>Name</th><th>Role</th><th>Prefix</th><th>Created</th><th>Revoked</th><th></th></tr></thead>
+      <thead><tr><th>Name</th><th>Role</th><th>Prefix</th><th class="hide-narrow">Created</th><th>Revoked</th><th class="actions"></th></tr></thead>
       <tbody>${keys.data.keys.map((k) => html`<tr data-key-name=${k.name}>
-        <td>${k.name}</td><td>${k.role}</td><td class="mono">${k.prefix}…</td><td>${when(k.createdAt)}</td>
+        <td>${k.name}</td><td>${k.role}</td><td class="mono">${k.prefix}…</td><td class="hide-narrow">${when(k.createdAt)}</td>
         <td>${k.revokedAt ? when(k.revokedAt) : '—'}</td>
         <td class="actions">${k.revokedAt ? null : html`<button type="button" class="danger"
           aria-label=${`Revoke ${k.name}`} onClick=${() => revoke(k)}>Revoke</button>`}</td>
@@ -1042,15 +1281,32 @@ function Settings() {
 // ---------------------------------------------------------------- shell
 
 const PAGES = [
-  ['overview', 'Overview'], ['connections', 'Connections'], ['users', 'Users'],
-  ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
+  ['overview', 'Overview'], ['approvals', 'Approvals'], ['users', 'Users'], ['servers', 'Servers'],
+  ['connections', 'Connections'], ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
 ];
 
-function useRoute() {
-  const parse = () => {
-    const [page = 'overview', ...rest] = location.hash.replace(/^#\/?/, '').split('/');
-    return { page: PAGES.some(([p]) => p === page) ? page : 'overview', arg: rest.length ? decodeURIComponent(rest.join('/')) : null };
+/** `#/page/arg?key=value…`: the page, its argument and its filters, so a view is a link. */
+function parseRoute() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [path, query = ''] = raw.split('?');
+  const [page = 'overview', ...rest] = path.split('/');
+  return {
+    page: PAGES.some(([p]) => p === page) ? page : 'overview',
+    arg: rest.length && rest.join('/') ? decodeURIComponent(rest.join('/')) : null,
+    params: new URLSearchParams(query),
   };
+}
+
+/** Goes to `page` with `params` (empty values dropped): the address says what is shown. */
+function navigate(page, params = {}) {
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== '' && v != null) query.set(k, v);
+  const text = query.toString();
+  location.hash = `#/${page}${text ? `?${text}` : ''}`;
+}
+
+function useRoute() {
+  const parse = parseRoute;
   const [route, setRoute] = useState(parse);
   useEffect(() => {
     const changed = () => setRoute(parse());
@@ -1071,8 +1327,10 @@ function Console({ onSignOut }) {
   const page = {
     overview: () => html`<${Overview} />`,
     connections: () => html`<${Connections} />`,
-    users: () => html`<${Users} user=${route.arg} />`,
-    audit: () => html`<${Audit} />`,
+    users: () => html`<${Users} user=${route.arg} params=${route.params} />`,
+    servers: () => html`<${Servers} params=${route.params} />`,
+    approvals: () => html`<${Approvals} params=${route.params} />`,
+    audit: () => html`<${Audit} params=${route.params} />`,
     try: () => html`<${TryServer} user=${route.arg} />`,
     settings: () => html`<${Settings} />`,
   }[route.page];
