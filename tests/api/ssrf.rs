@@ -58,7 +58,7 @@ async fn host_name_on_loopback() -> Option<(String, IpAddr)> {
 }
 
 /// A service with the default policy (no loopback) and a scripted DNS for `name`.
-async fn strict_app(name: &str, script: Vec<Option<IpAddr>>) -> TestApp {
+pub(crate) async fn strict_app(name: &str, script: Vec<Option<IpAddr>>) -> TestApp {
     let dns = Arc::new(ScriptedDns {
         name: name.to_owned(),
         script,

@@ -55,8 +55,9 @@ pub enum McpError {
     AuthRequired(auth::AuthChallenge),
 }
 
-/// Longest part of an upstream-supplied text an error shows.
-const EXCERPT_CHARS: usize = 200;
+/// Longest part of an upstream-supplied text an error shows (room for the target and the
+/// root cause at the end of an error chain).
+const EXCERPT_CHARS: usize = 300;
 
 /// `error` and each of its sources, as one line: a refusal by the URL policy deep inside a
 /// request error still says why ("error sending request: … 'x' is a loopback address …").
@@ -71,8 +72,25 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
+    // rustls says what went wrong ("received corrupt message", "invalid peer
+    // certificate") without saying it was TLS; its error arrives boxed inside hyper's and
+    // an io::Error, where no downcast reaches it, so it is known by its words.
+    if TLS_PHRASES.iter().any(|phrase| text.contains(phrase)) {
+        text = format!("TLS handshake failed: {text}");
+    }
     text
 }
+
+/// How rustls's errors begin (`rustls::Error`'s Display).
+const TLS_PHRASES: [&str; 7] = [
+    "received corrupt message",
+    "invalid peer certificate",
+    "received fatal alert",
+    "peer is incompatible",
+    "peer misbehaved",
+    "peer sent no certificates",
+    "received unexpected message",
+];
 
 /// At most [`EXCERPT_CHARS`] characters of `text`, on one line, control characters
 /// dropped: enough to say what failed, too little to carry a document.

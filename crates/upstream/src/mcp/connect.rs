@@ -262,12 +262,16 @@ pub async fn connect(
     };
     let service = match tokio::time::timeout(spec.connect_timeout, attempt).await {
         Ok(Ok(service)) => service,
-        Ok(Err(error)) => return Err(explain_refusal(spec, challenges.explain(error)).await),
+        Ok(Err(error)) => {
+            let error = explain_refusal(spec, challenges.explain(error)).await;
+            return Err(naming_target(spec, error));
+        }
         Err(_) => {
-            return Err(McpError::Connect(format!(
-                "no answer to initialize within {}s",
+            let error = McpError::Connect(format!(
+                "timed out: no answer to initialize within {}s",
                 spec.connect_timeout.as_secs()
-            )));
+            ));
+            return Err(naming_target(spec, error));
         }
     };
     let changes = super::listen::ChangeListener::start(&service, events, &spec.label);
@@ -349,6 +353,28 @@ fn initialize_failure(error: &ClientInitializeError, failure: Option<String>) ->
         }
         (other, Some(failure)) => format!("{}: {failure}", super::error_chain(other)),
         (other, None) => super::error_chain(other),
+    }
+}
+
+/// A remote server's failed connect names where it dialled (host and port: never the
+/// path or query, which may hold secrets), so a person reading it knows which server.
+fn naming_target(spec: &UpstreamSpec, error: McpError) -> McpError {
+    let (UpstreamTransport::StreamableHttp { url, .. } | UpstreamTransport::Sse { url, .. }) =
+        &spec.transport
+    else {
+        return error;
+    };
+    let url = url.expose();
+    let target = match (url.host_str(), url.port_or_known_default()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_owned(),
+        _ => return error,
+    };
+    match error {
+        McpError::Connect(reason) if !reason.contains(&target) => {
+            McpError::Connect(format!("{target}: {reason}"))
+        }
+        other => other,
     }
 }
 
