@@ -214,6 +214,11 @@ impl Service {
         })
     }
 
+    /// Where the service keeps its files (its SQLite database, unless told another).
+    pub fn data_dir(&self) -> &Path {
+        self._data.path()
+    }
+
     /// The key every request of the load tool uses (the bootstrap admin key).
     pub fn key(&self) -> &str {
         &self.key

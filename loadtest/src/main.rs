@@ -125,6 +125,21 @@ enum Scenario {
         #[arg(long, value_enum, default_value_t = scenarios::peers::McpClientKind::Rmcp)]
         mcp_client: scenarios::peers::McpClientKind,
     },
+    /// The operators' lists (users, servers, approvals, audit) at scale: seeds users and
+    /// audit rows, then times each list and filter the console asks for.
+    OperatorLists {
+        #[arg(long, default_value_t = 100_000)]
+        users: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        audit_rows: usize,
+        /// Requests per query, one at a time.
+        #[arg(long, default_value_t = 50)]
+        samples: usize,
+        /// A PostgreSQL server (its admin database's URL) on which a database of its own
+        /// is created; a temporary SQLite file otherwise.
+        #[arg(long)]
+        database: Option<String>,
+    },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
         #[arg(long, default_value_t = 60)]
@@ -197,6 +212,12 @@ async fn main() -> Result<()> {
             database_url,
             approve,
         } => scenarios::cluster::run(database_url, approve, cli.json).await,
+        Scenario::OperatorLists {
+            users,
+            audit_rows,
+            samples,
+            database,
+        } => scenarios::operator_lists::run(users, audit_rows, samples, database, cli.json).await,
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }

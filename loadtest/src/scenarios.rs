@@ -6,5 +6,6 @@ pub mod call_overhead;
 pub mod chat;
 pub mod cluster;
 pub mod confirmations;
+pub mod operator_lists;
 pub mod peers;
 pub mod soak;
