@@ -122,6 +122,9 @@ struct ListParams {
     /// Only rows holding this text (any case): a user's id; for servers also their name
     /// or URL.
     search: Option<String>,
+    /// Servers only: those whose connection on the answering instance is in this state
+    /// (`connected`, `connecting`, `disconnected`, `error`, `auth_required`).
+    state: Option<String>,
     /// Page number from 0.
     page: Option<u64>,
     /// Rows per page, 1 to 200 (50 when absent).
@@ -164,6 +167,9 @@ async fn users(
     _admin: AdminContext,
     Query(params): Query<ListParams>,
 ) -> Result<JsonResponse<UserListView>, ApiError> {
+    if params.state.is_some() {
+        return Err(Error::validation("state applies to servers, not users").into());
+    }
     let paging = params.paging();
     let page = state
         .services
@@ -227,7 +233,7 @@ async fn servers(
     let page = state
         .services
         .operators
-        .servers(params.search, paging)
+        .servers(params.search, params.state, paging)
         .await?;
     Ok(JsonResponse(ServerListView {
         servers: page
@@ -285,7 +291,7 @@ async fn approvals(
     _admin: AdminContext,
     Query(params): Query<ListParams>,
 ) -> Result<JsonResponse<ApprovalListView>, ApiError> {
-    if params.search.is_some() {
+    if params.search.is_some() || params.state.is_some() {
         return Err(Error::validation("the approval queue takes no search").into());
     }
     let page = state.services.operators.approvals(params.paging()).await?;
@@ -340,7 +346,8 @@ struct AuditParams {
     format: Option<String>,
     /// Only calls of this tool (its name on the server).
     tool: Option<String>,
-    /// `done`, `error`, `cancelled` (calls), `approved`, `rejected` (admin decisions).
+    /// `done`, `error`, `cancelled` (calls), `approved`, `rejected` (admin decisions),
+    /// `server_changed`, `server_deleted` (an admin's changes), `connect_failed`.
     outcome: Option<String>,
     /// From this time on (RFC 3339).
     from: Option<DateTime<Utc>>,
@@ -464,17 +471,16 @@ async fn audit(
         .into_response());
     };
     let pages = operators.audit_export(query).await?;
-    let mut first = true;
-    let body = pages.map(move |page| {
+    let rows = pages.map(move |page| {
         let rows = page.map_err(|e| {
             // Headers are gone: the download ends short, and the log says why.
             tracing::error!(error = %e, "an audit export stopped");
             std::io::Error::other(e.to_string())
         })?;
-        let chunk = export.chunk(rows, first);
-        first = false;
-        chunk
+        export.chunk(rows)
     });
+    // A CSV export has its header even when no row matches.
+    let body = futures::stream::iter(export.header().map(Ok)).chain(rows);
     Ok((
         [
             (CONTENT_TYPE, export.content_type()),
@@ -490,6 +496,17 @@ async fn audit(
 enum Export {
     Ndjson,
     Csv,
+}
+
+/// A cell a spreadsheet will not run as a formula: text that begins with `=`, `+`, `-`,
+/// `@`, a tab or a carriage return gets a leading `'` (OWASP's CSV injection advice);
+/// user ids, tool names, arguments and results are chosen by users and their servers.
+fn inert(text: String) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text
+    }
 }
 
 /// The columns of a CSV export, in order.
@@ -529,7 +546,18 @@ impl Export {
         }
     }
 
-    fn chunk(self, rows: Vec<AuditRow>, first: bool) -> std::io::Result<Vec<u8>> {
+    fn header(self) -> Option<Vec<u8>> {
+        match self {
+            Export::Ndjson => None,
+            Export::Csv => {
+                let mut csv = csv::Writer::from_writer(Vec::new());
+                csv.write_record(CSV_COLUMNS).ok()?;
+                csv.into_inner().ok()
+            }
+        }
+    }
+
+    fn chunk(self, rows: Vec<AuditRow>) -> std::io::Result<Vec<u8>> {
         match self {
             Export::Ndjson => {
                 let mut out = Vec::new();
@@ -541,18 +569,15 @@ impl Export {
             }
             Export::Csv => {
                 let mut csv = csv::Writer::from_writer(Vec::new());
-                if first {
-                    csv.write_record(CSV_COLUMNS)?;
-                }
                 for row in rows {
-                    let optional = |v: Option<String>| v.unwrap_or_default();
+                    let optional = |v: Option<String>| inert(v.unwrap_or_default());
                     csv.write_record([
                         row.id.to_string(),
                         row.created_at.to_rfc3339(),
-                        row.user_id,
+                        inert(row.user_id),
                         optional(row.server_id.map(|s| s.to_string())),
-                        row.server_name,
-                        row.tool_name,
+                        inert(row.server_name),
+                        inert(row.tool_name),
                         optional(row.message_id.map(|m| m.to_string())),
                         row.outcome,
                         optional(row.error_code),

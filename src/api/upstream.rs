@@ -62,7 +62,7 @@ async fn connect(
     let report = state
         .services
         .upstream
-        .test_connection(&ctx.user, &id)
+        .test_connection(&ctx.user, &id, ctx.origin(CallVia::Rest))
         .await?;
     Ok(JsonResponse(json!({
         "status": "connected",

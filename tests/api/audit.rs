@@ -424,3 +424,54 @@ async fn rows_of_a_killed_process_are_written_by_the_next_start() {
     .await;
     assert_eq!(page.body["total"], 5, "{}", page.text);
 }
+
+/// A row the database could refuse (a name past its column, a NUL the PostgreSQL text
+/// type refuses) is made to fit, and never holds up the rows after it.
+#[tokio::test]
+async fn a_row_with_a_long_or_nul_name_fits_and_holds_up_nothing() {
+    let app = spawn_pool_app().await;
+    let fx = app.fixture_for_a1(&["echo"]).await;
+    let long = "t".repeat(300);
+    let missing = app.call("u", &fx, &long, json!({})).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.text);
+    let nul = app.call("u", &fx, "bad%00name", json!({})).await;
+    let formula = app.call("u", &fx, "=HYPERLINK(1)", json!({})).await;
+    assert_eq!(formula.status, StatusCode::NOT_FOUND, "{}", formula.text);
+    assert!(nul.status.is_client_error(), "{}", nul.text);
+    let fine = app
+        .call("u", &fx, "echo", json!({"text": "after them"}))
+        .await;
+    assert_eq!(fine.status, StatusCode::OK, "{}", fine.text);
+    let rows = rows_of(&app, "").await;
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r["toolName"] == "t".repeat(256)),
+        "{rows:?}"
+    );
+    assert!(rows.iter().any(|r| r["toolName"] == "badname"), "{rows:?}");
+
+    // Exported to CSV, a cell that a spreadsheet would run is inert, and an export of
+    // nothing still has its header.
+    let csv = app
+        .request(Method::GET, "/admin/audit?userId=u&format=csv")
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(csv.contains(",'=HYPERLINK(1),"), "{csv}");
+    assert!(!csv.contains(",=HYPERLINK"), "{csv}");
+    let empty = app
+        .request(Method::GET, "/admin/audit?userId=nobody&format=csv")
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(empty.starts_with("id,createdAt,userId"), "{empty}");
+    assert_eq!(empty.lines().count(), 1, "{empty}");
+}

@@ -200,6 +200,41 @@ async fn servers_of_every_user_are_found_by_name_user_or_url_with_their_connecti
     assert!(cause.to_lowercase().contains("refused"), "{cause}");
     assert!(!cause.contains("::"), "{cause}");
     assert!(!cause.contains("hidden-value"), "{cause}");
+
+    // Found by the state of its connection.
+    let errored = app
+        .admin(Method::GET, "/admin/servers?state=error", None)
+        .await;
+    assert_eq!(
+        ids(&errored.body, "servers", "id"),
+        [gone.clone()],
+        "{}",
+        errored.text
+    );
+    let bad = app
+        .admin(Method::GET, "/admin/servers?state=sleepy", None)
+        .await;
+    assert_eq!(bad.code(), "VALIDATION_ERROR", "{}", bad.text);
+
+    // The failed try is on the record, with its cause.
+    let audit = app
+        .admin(
+            Method::GET,
+            "/admin/audit?userId=u2&outcome=connect_failed",
+            None,
+        )
+        .await;
+    assert_eq!(audit.body["total"], 1, "{}", audit.text);
+    let row = &audit.body["entries"][0];
+    assert_eq!(row["serverName"], "weather", "{row}");
+    assert_eq!(row["errorCode"], "MCP_CONNECTION_ERROR", "{row}");
+    assert!(says_refused(&row["errorMessage"]), "{row}");
+}
+
+fn says_refused(message: &Value) -> bool {
+    message
+        .as_str()
+        .is_some_and(|m| m.to_lowercase().contains("refused"))
 }
 
 #[tokio::test]

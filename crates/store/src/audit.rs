@@ -27,6 +27,8 @@ pub enum AuditOutcome {
     ServerChanged,
     /// An admin deleted a user's server.
     ServerDeleted,
+    /// A connection tried on request (`POST …/connect`) failed.
+    ConnectFailed,
 }
 
 impl AuditOutcome {
@@ -37,6 +39,7 @@ impl AuditOutcome {
             AuditOutcome::Rejected => "rejected",
             AuditOutcome::ServerChanged => "server_changed",
             AuditOutcome::ServerDeleted => "server_deleted",
+            AuditOutcome::ConnectFailed => "connect_failed",
         }
     }
 }
@@ -99,26 +102,32 @@ impl AuditEntry {
         }
     }
 
+    /// The row as the table takes it: every text within its column's width and without
+    /// NUL (which PostgreSQL refuses), so no caller-chosen name or upstream text can make
+    /// the database refuse a row.
     fn into_model(self) -> audit_entry::ActiveModel {
+        let fit = |text: String, max: usize| fit(text, Some(max));
+        let fit_opt = |text: Option<String>, max: usize| text.map(|t| fit(t, max));
+        let clean = |text: Option<String>| text.map(|t| self::fit(t, None));
         audit_entry::ActiveModel {
             id: Set(self.id),
-            user_id: Set(self.user_id),
+            user_id: Set(fit(self.user_id, 128)),
             mcp_server_id: Set(self.server_id),
-            server_name: Set(self.server_name),
-            tool_name: Set(self.tool_name),
+            server_name: Set(fit(self.server_name, 256)),
+            tool_name: Set(fit(self.tool_name, 256)),
             message_id: Set(self.message_id),
-            status: Set(self.outcome),
-            error_code: Set(self.error_code),
+            status: Set(fit(self.outcome, 16)),
+            error_code: Set(fit_opt(self.error_code, 64)),
             latency_ms: Set(self.latency_ms),
-            decided_by: Set(self.decided_by),
+            decided_by: Set(fit_opt(self.decided_by, 64)),
             created_at: Set(self.created_at),
-            via: Set(self.via),
-            key_id: Set(self.key_id),
+            via: Set(fit_opt(self.via, 16)),
+            key_id: Set(fit_opt(self.key_id, 64)),
             by_admin: Set(self.by_admin),
             instance_id: Set(self.instance_id),
-            arguments: Set(self.arguments),
-            result: Set(self.result),
-            error_message: Set(self.error_message),
+            arguments: Set(clean(self.arguments)),
+            result: Set(clean(self.result)),
+            error_message: Set(clean(self.error_message)),
         }
     }
 
@@ -144,6 +153,18 @@ impl AuditEntry {
             result: row.result,
         }
     }
+}
+
+/// `text` without NUL characters, cut to `max_chars` characters when given.
+fn fit(text: String, max_chars: Option<usize>) -> String {
+    let too_long = max_chars.is_some_and(|max| text.chars().nth(max).is_some());
+    if !too_long && !text.contains('\0') {
+        return text;
+    }
+    text.chars()
+        .filter(|c| *c != '\0')
+        .take(max_chars.unwrap_or(usize::MAX))
+        .collect()
 }
 
 /// One audit row as read.

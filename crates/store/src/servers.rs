@@ -93,14 +93,19 @@ impl ServerRepo {
 
     /// Every user's servers whose name, user id or URL (as stored, credentials masked)
     /// holds `search` (any case), by user then name; and how many there are in all.
+    /// With `only`, just those servers.
     pub async fn browse(
         &self,
         search: Option<&str>,
+        only: Option<&[Uuid]>,
         offset: u64,
         limit: u64,
     ) -> Result<(Vec<McpServer>, u64), StoreError> {
         use sea_orm::QuerySelect;
         let mut condition = Condition::all();
+        if let Some(only) = only {
+            condition = condition.add(mcp_server::Column::Id.is_in(only.iter().copied()));
+        }
         if let Some(search) = search {
             condition = condition.add(
                 Condition::any()
@@ -381,7 +386,7 @@ fn contains(column: mcp_server::Column, search: &str) -> Expr {
     use sea_orm::sea_query::{ExprTrait, Func, LikeExpr};
     let mut escaped = String::with_capacity(search.len() + 2);
     escaped.push('%');
-    for c in search.to_lowercase().chars() {
+    for c in search.to_ascii_lowercase().chars() {
         if matches!(c, '%' | '_' | '\\') {
             escaped.push('\\');
         }

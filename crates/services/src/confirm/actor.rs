@@ -70,9 +70,9 @@ pub struct ActorState {
     fenced: bool,
     /// The conversation or gateway session whose upstream sessions its calls use.
     scope: Option<std::sync::Arc<str>>,
-    /// Who submitted the calls (a message read back from the database after its instance
-    /// stopped says `chat`, without a key: who submitted it is not stored).
-    origin: CallOrigin,
+    /// Who submitted each call, by call id (a message read back from the database after
+    /// its instance stopped says `chat`, without a key: who submitted it is not stored).
+    origins: std::collections::HashMap<String, CallOrigin>,
 }
 
 pub struct ConfirmationActor;
@@ -183,7 +183,12 @@ impl ActorState {
             record.arguments.clone(),
             self.scope.clone(),
         );
-        let origin = self.origin.with_message(self.message);
+        let origin = self
+            .origins
+            .get(&record.id)
+            .copied()
+            .unwrap_or(CallOrigin::new(CallVia::Chat))
+            .with_message(self.message);
         // The call's audit row is written on its way through the pool (`UpstreamService`).
         let execution = async move {
             let outcome = executor(super::Execution {
@@ -343,7 +348,7 @@ impl Actor for ConfirmationActor {
             reported_parked: 0,
             fenced: false,
             scope: args.scope,
-            origin: CallOrigin::new(CallVia::Chat),
+            origins: std::collections::HashMap::new(),
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())
@@ -387,7 +392,9 @@ impl Actor for ConfirmationActor {
                 if scope.is_some() {
                     state.scope = scope;
                 }
-                state.origin = origin;
+                for call in &calls {
+                    state.origins.entry(call.id.clone()).or_insert(origin);
+                }
                 let mut seen: std::collections::HashSet<&str> =
                     state.records.iter().map(|r| r.id.as_str()).collect();
                 if let Some(dup) = calls.iter().find(|c| !seen.insert(c.id.as_str())) {

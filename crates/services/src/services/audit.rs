@@ -40,6 +40,8 @@ const BATCH: usize = 500;
 /// Rows kept in memory when the journal cannot take them (its disk full): past this the
 /// oldest go, said in the log.
 const MEMORY_CAP: usize = 100_000;
+/// The longest pause between tries while the database refuses rows.
+const RETRY_MAX: Duration = Duration::from_secs(10);
 /// How often journals of instances that died are looked for.
 const ADOPT_EVERY: Duration = Duration::from_secs(60);
 /// How often rows past `audit.retention_days` are dropped.
@@ -50,6 +52,7 @@ const PRUNE_BATCH: u64 = 10_000;
 const OPEN: &str = "open.ndjson";
 const LOCK: &str = "lock";
 const FLUSHING: &str = "flushing";
+const REJECTED: &str = "rejected.ndjson";
 
 /// Why a flush left rows waiting.
 #[derive(Debug, thiserror::Error)]
@@ -73,11 +76,13 @@ struct Inner {
     /// `None` when the journal directory could not be made: rows wait in memory only.
     journal: Option<Journal>,
     /// Rows the journal could not take.
-    memory: Mutex<Vec<AuditEntry>>,
+    memory: Mutex<std::collections::VecDeque<AuditEntry>>,
     wake: tokio::sync::Notify,
     stop: CancellationToken,
     /// One flush at a time (the flusher's, or a reader's that wants its rows in).
     flushing: tokio::sync::Mutex<()>,
+    /// The last flush failed: readers do not wait on the retries.
+    failing: std::sync::atomic::AtomicBool,
 }
 
 struct Journal {
@@ -110,7 +115,8 @@ impl AuditTrail {
                 settings,
                 me,
                 journal,
-                memory: Mutex::new(Vec::new()),
+                memory: Mutex::new(std::collections::VecDeque::new()),
+                failing: std::sync::atomic::AtomicBool::new(false),
                 wake: tokio::sync::Notify::new(),
                 stop: CancellationToken::new(),
                 flushing: tokio::sync::Mutex::new(()),
@@ -164,29 +170,36 @@ impl AuditTrail {
             tracing::error!(
                 "the audit rows kept in memory reached {MEMORY_CAP}; the oldest is dropped"
             );
-            memory.remove(0);
+            memory.pop_front();
         }
-        memory.push(entry);
+        memory.push_back(entry);
         memory.len()
     }
 
     /// Writes every row taken so far; what the database refused waits for the next try.
     pub async fn flush(&self) -> Result<(), FlushError> {
         let _one = self.inner.flushing.lock().await;
+        // Set aside first, whatever the database does: through an outage the journal is
+        // a series of small files (one per flush), never one file read whole at the end.
+        if let Some(journal) = &self.inner.journal {
+            journal.rotate()?;
+        }
         let memory =
             std::mem::take(&mut *self.inner.memory.lock().unwrap_or_else(|e| e.into_inner()));
         if !memory.is_empty()
-            && let Err(error) = self.insert(memory.clone()).await
+            && let Err(error) = self.insert(memory.iter().cloned().collect()).await
         {
             let mut kept = self.inner.memory.lock().unwrap_or_else(|e| e.into_inner());
             let newer = std::mem::replace(&mut *kept, memory);
             kept.extend(newer);
+            // Oldest first out, as when the rows came.
+            let over = kept.len().saturating_sub(MEMORY_CAP);
+            kept.drain(..over);
             return Err(error.into());
         }
         let Some(journal) = &self.inner.journal else {
             return Ok(());
         };
-        journal.rotate()?;
         for path in journal.flushing()? {
             let rows = read_rows(&path)?;
             self.insert(rows).await?;
@@ -197,15 +210,40 @@ impl AuditTrail {
         Ok(())
     }
 
+    /// Inserts `rows` in batches. A batch the database refuses for anything but an outage
+    /// is tried row by row, and a row refused alone is set aside (`rejected.ndjson`
+    /// beside the journal, and the log): one bad row never holds up the others.
     async fn insert(&self, rows: Vec<AuditEntry>) -> Result<(), StoreError> {
         let audit = self.inner.store.audit();
-        let mut rows = rows.into_iter().peekable();
-        while rows.peek().is_some() {
-            audit
-                .record_many(rows.by_ref().take(BATCH).collect())
-                .await?;
+        for batch in rows.chunks(BATCH) {
+            match audit.record_many(batch.to_vec()).await {
+                Ok(()) => {}
+                Err(error @ StoreError::Unavailable(_)) => return Err(error),
+                Err(_) => {
+                    for row in batch {
+                        match audit.record_many(vec![row.clone()]).await {
+                            Ok(()) => {}
+                            Err(error @ StoreError::Unavailable(_)) => return Err(error),
+                            Err(error) => self.reject(row, &error),
+                        }
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    fn reject(&self, row: &AuditEntry, error: &StoreError) {
+        tracing::error!(%error, id = %row.id, tool = %row.tool_name, "the database refused an audit row; it is kept in rejected.ndjson");
+        if let Some(journal) = &self.inner.journal {
+            let kept = serde_json::to_vec(row).map(|mut line| {
+                line.push(b'\n');
+                line
+            });
+            if let Ok(line) = kept {
+                let _ = append_to(&journal.dir.join(REJECTED)).and_then(|mut f| f.write_all(&line));
+            }
+        }
     }
 
     async fn flusher(self) {
@@ -213,10 +251,11 @@ impl AuditTrail {
         let every = Duration::from_millis(self.inner.settings.flush_ms.max(10));
         let mut adopted_at = tokio::time::Instant::now() - ADOPT_EVERY;
         let mut pruned_at = tokio::time::Instant::now();
-        let mut failing = false;
+        // Through an outage the tries slow down, up to one every RETRY_MAX.
+        let mut pause = every;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = self.inner.wake.notified() => {}
                 _ = stop.cancelled() => break,
             }
@@ -226,22 +265,40 @@ impl AuditTrail {
                     journal.adopt_orphans();
                 }
             }
+            let was_failing = self.inner.failing.load(Ordering::Relaxed);
             match self.flush().await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("audit rows reach the database again");
+                Ok(()) => {
+                    pause = every;
+                    if was_failing {
+                        self.inner.failing.store(false, Ordering::Relaxed);
+                        tracing::info!("audit rows reach the database again");
+                    }
                 }
-                Ok(()) => {}
-                Err(error) if !failing => {
-                    failing = true;
-                    tracing::warn!(%error, "audit rows wait in the journal for the database");
+                Err(error) => {
+                    pause = (pause * 2).min(RETRY_MAX);
+                    if !was_failing {
+                        self.inner.failing.store(true, Ordering::Relaxed);
+                        tracing::warn!(%error, "audit rows wait in the journal for the database");
+                    }
                 }
-                Err(_) => {}
             }
             if pruned_at.elapsed() >= PRUNE_EVERY {
                 pruned_at = tokio::time::Instant::now();
-                self.prune().await;
+                // Its own task: a first prune of many rows never holds up the flushes.
+                let trail = self.clone();
+                tokio::spawn(async move { trail.prune().await });
             }
+        }
+    }
+
+    /// Flushes unless the database has been refusing rows (then a reader does not wait
+    /// on the retries, and reads what is there).
+    pub async fn flush_for_reader(&self) {
+        if self.inner.failing.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(error) = self.flush().await {
+            tracing::warn!(%error, "the audit log is read without this instance's newest rows");
         }
     }
 
@@ -251,7 +308,11 @@ impl AuditTrail {
         if days == 0 {
             return;
         }
-        let cutoff = crate::domain::now() - chrono::Duration::days(days as i64);
+        let Some(cutoff) = chrono::Duration::try_days(days.min(36_500) as i64)
+            .and_then(|age| crate::domain::now().checked_sub_signed(age))
+        else {
+            return;
+        };
         loop {
             match self
                 .inner
@@ -374,14 +435,14 @@ impl Drop for CallAudit {
 
 impl Journal {
     fn open(root: &Path, me: InstanceId) -> std::io::Result<Self> {
-        let dir = root.join(me.to_string());
-        std::fs::create_dir_all(&dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK))?;
+        // Made and locked under a name others skip, then given its own: another instance
+        // looking for orphans never finds it unlocked.
+        let starting = root.join(format!(".{me}.starting"));
+        std::fs::create_dir_all(&starting)?;
+        let lock = lock_file(&starting)?;
         lock.try_lock().map_err(std::io::Error::other)?;
+        let dir = root.join(me.to_string());
+        std::fs::rename(&starting, &dir)?;
         let journal = Self {
             root: root.to_owned(),
             open: Mutex::new(OpenFile {
@@ -402,7 +463,11 @@ impl Journal {
         line.push(b'\n');
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         // One write of the whole line: a crash leaves it whole or (rarely) torn, never mixed.
-        open.file.write_all(&line)?;
+        if let Err(error) = open.file.write_all(&line) {
+            // A short write (a full disk) must not glue the next line onto this one.
+            let _ = open.file.write_all(b"\n");
+            return Err(error);
+        }
         open.lines += 1;
         Ok(open.lines)
     }
@@ -413,10 +478,21 @@ impl Journal {
         if open.lines == 0 {
             return Ok(());
         }
-        std::fs::rename(self.dir.join(OPEN), self.next_flushing())?;
-        open.file = append_to(&self.dir.join(OPEN))?;
-        open.lines = 0;
-        Ok(())
+        let aside = self.next_flushing();
+        std::fs::rename(self.dir.join(OPEN), &aside)?;
+        match append_to(&self.dir.join(OPEN)) {
+            Ok(file) => {
+                open.file = file;
+                open.lines = 0;
+                Ok(())
+            }
+            Err(error) => {
+                // Appends go on into the file as it was: give it its name back, so it is
+                // not flushed (and deleted) under them.
+                let _ = std::fs::rename(&aside, self.dir.join(OPEN));
+                Err(error)
+            }
+        }
     }
 
     fn next_flushing(&self) -> PathBuf {
@@ -442,10 +518,14 @@ impl Journal {
             return;
         };
         for dir in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            if dir == self.dir || !dir.is_dir() {
+            let hidden = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_none_or(|n| n.starts_with('.'));
+            if dir == self.dir || hidden || !dir.is_dir() {
                 continue;
             }
-            let Ok(lock) = OpenOptions::new().write(true).open(dir.join(LOCK)) else {
+            let Ok(lock) = lock_file(&dir) else {
                 continue;
             };
             if lock.try_lock().is_err() {
@@ -454,7 +534,7 @@ impl Journal {
             let Ok(files) = std::fs::read_dir(&dir) else {
                 continue;
             };
-            let mut moved = 0;
+            let (mut moved, mut left) = (0, 0);
             for file in files.filter_map(|e| e.ok().map(|e| e.path())) {
                 let name = file
                     .file_name()
@@ -463,21 +543,38 @@ impl Journal {
                 if name == LOCK {
                     continue;
                 }
+                if name == REJECTED {
+                    // Rows the database refused stay where an operator can find them.
+                    left += 1;
+                    continue;
+                }
                 match std::fs::rename(&file, self.next_flushing()) {
                     Ok(()) => moved += 1,
                     Err(error) => {
+                        left += 1;
                         tracing::warn!(%error, path = %file.display(), "an orphaned audit journal could not be adopted");
                     }
                 }
             }
             drop(lock);
-            let _ = std::fs::remove_file(dir.join(LOCK));
-            let _ = std::fs::remove_dir(&dir);
+            // Only an emptied directory goes: what could not be moved is tried again.
+            if left == 0 {
+                let _ = std::fs::remove_file(dir.join(LOCK));
+                let _ = std::fs::remove_dir(&dir);
+            }
             if moved > 0 {
                 tracing::info!(files = moved, from = %dir.display(), "adopted the audit journal of an instance that stopped");
             }
         }
     }
+}
+
+fn lock_file(dir: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK))
 }
 
 fn append_to(path: &Path) -> std::io::Result<File> {

@@ -111,6 +111,18 @@ pub struct AuditQuery {
     pub page_size: Option<u64>,
 }
 
+/// What a connection's state may be, for the servers list's filter.
+const CONNECTION_STATES: [&str; 5] = [
+    "connected",
+    "connecting",
+    "disconnected",
+    "error",
+    "auth_required",
+];
+
+/// At most this many servers are matched by a state (an SQL list of ids).
+const MAX_STATE_MATCHES: usize = 10_000;
+
 /// Rows per page of an export.
 const EXPORT_PAGE: u64 = 1000;
 
@@ -157,7 +169,7 @@ fn audit_filter(query: AuditQuery) -> Result<AuditFilter> {
 }
 
 /// What an audit row's `outcome` may be.
-const OUTCOMES: [&str; 7] = [
+const OUTCOMES: [&str; 8] = [
     "done",
     "error",
     "cancelled",
@@ -165,6 +177,7 @@ const OUTCOMES: [&str; 7] = [
     "rejected",
     "server_changed",
     "server_deleted",
+    "connect_failed",
 ];
 
 #[derive(Clone)]
@@ -231,9 +244,7 @@ impl OperatorService {
     /// Rows this instance has taken reach the database before a read: an operator sees
     /// every call this instance answered (others' within `audit.flush_ms`).
     async fn audit_flushed(&self) {
-        if let Err(error) = self.audit.flush().await {
-            tracing::warn!(%error, "the audit log is read without this instance's newest rows");
-        }
+        self.audit.flush_for_reader().await;
     }
 
     /// Users with servers whose id holds `search`, by id, with their counts.
@@ -263,18 +274,49 @@ impl OperatorService {
         })
     }
 
-    /// Every user's servers whose name, user or URL holds `search`, by user then name.
+    /// Every user's servers whose name, user or URL holds `search`, by user then name;
+    /// with `state`, only those whose connection on this instance is in that state.
     pub async fn servers(
         &self,
         search: Option<String>,
+        state: Option<String>,
         paging: Paging,
     ) -> Result<Page<ServerSummary>> {
         let (page, page_size) = paging.checked()?;
         let search = search_term(search)?;
+        let only: Option<Vec<Uuid>> = match state.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(state) => {
+                if !CONNECTION_STATES.contains(&state) {
+                    return Err(Error::validation(format!(
+                        "state must be one of {}",
+                        CONNECTION_STATES.join(", ")
+                    )));
+                }
+                let mut ids: Vec<Uuid> = self
+                    .upstream
+                    .connections()
+                    .into_iter()
+                    // The connection each row shows: the user's shared one.
+                    .filter(|c| c.key.scope.is_none() && c.status.state.as_str() == state)
+                    .map(|c| c.key.server)
+                    .collect();
+                ids.sort_unstable();
+                ids.dedup();
+                // A list, not a report: the first ones by id are enough to act on.
+                ids.truncate(MAX_STATE_MATCHES);
+                Some(ids)
+            }
+        };
         let (servers, total) = self
             .store
             .servers()
-            .browse(search.as_deref(), page * page_size, page_size)
+            .browse(
+                search.as_deref(),
+                only.as_deref(),
+                page * page_size,
+                page_size,
+            )
             .await?;
         let rows = servers
             .into_iter()

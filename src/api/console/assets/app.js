@@ -101,7 +101,9 @@ async function decideCall(user, messageId, call, approved) {
   const answer = await api('POST', `/api/messages/${enc(messageId)}/tool-confirm`,
     { user, body: { toolCallId: call.id, approved } });
   let record = answer.toolCall;
-  for (let wait = 200; (record.status === 'invoking' || record.status === 'pending') && wait < 8000; wait *= 1.5) {
+  // A slow call is followed for up to ten minutes, asking at most every 2 s.
+  const until = Date.now() + 600_000;
+  for (let wait = 200; (record.status === 'invoking' || record.status === 'pending') && Date.now() < until; wait = Math.min(wait * 1.5, 2000)) {
     await new Promise((resolve) => setTimeout(resolve, wait));
     const message = await api('GET', `/api/messages/${enc(messageId)}`, { user });
     record = message.toolCalls.find((c) => c.id === call.id) || record;
@@ -607,10 +609,12 @@ function Approvals({ params }) {
 /** Every user's servers by name, user or URL; each with its connection here and what to do. */
 function Servers({ params }) {
   const search = params.get('search') || '';
+  const stateFilter = params.get('state') || '';
   const page = Number(params.get('page') || 0);
   const [query, setQuery] = useState(search);
-  useEffect(() => { setQuery(search); }, [search]);
-  const [result, reload] = useAsync(() => api('GET', `/admin/servers?${new URLSearchParams({ search, page, pageSize: PAGE_SIZE })}`), [search, page]);
+  const [stateDraft, setStateDraft] = useState(stateFilter);
+  useEffect(() => { setQuery(search); setStateDraft(stateFilter); }, [search, stateFilter]);
+  const [result, reload] = useAsync(() => api('GET', `/admin/servers?${new URLSearchParams({ search, state: stateFilter, page, pageSize: PAGE_SIZE })}`), [search, stateFilter, page]);
   const [notice, setNotice] = useState(null);
   const [error, setError] = useState(null);
   const [open, setOpen] = useState(null);
@@ -644,15 +648,18 @@ function Servers({ params }) {
   };
   return html`<h1>Servers</h1>
     <form class="panel row" role="search" aria-label="Find servers"
-      onSubmit=${(e) => { e.preventDefault(); navigate('servers', { search: query.trim() }); }}>
+      onSubmit=${(e) => { e.preventDefault(); navigate('servers', { search: query.trim(), state: stateDraft }); }}>
       <div class="field"><label for="server-search">Name, user or URL</label>
         <input id="server-search" type="search" value=${query} onInput=${(e) => setQuery(e.target.value)} /></div>
+      <div class="field"><label for="server-state">Connection</label>
+        <select id="server-state" value=${stateDraft} onChange=${(e) => setStateDraft(e.target.value)}>
+          <option value="">any</option>${STATES.map((st) => html`<option value=${st}>${st.replace('_', ' ')}</option>`)}</select></div>
       <button class="primary" type="submit">Find</button>
     </form>
     <${ErrorBox} error=${error || result.error} />
     ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
     ${result.data ? html`
-      <${Pager} result=${result.data} label="servers" go=${(p) => navigate('servers', { search, page: p })} />
+      <${Pager} result=${result.data} label="servers" go=${(p) => navigate('servers', { search, state: stateFilter, page: p })} />
       <p class="hint">Changes made here act for the server's user and are recorded in the audit log as this admin key's.
         The state is this instance's connection.</p>
       ${result.data.servers.length ? html`<div class="table-wrap"><table aria-label="Servers">
@@ -691,7 +698,7 @@ function Servers({ params }) {
 
 // ---------------------------------------------------------------- audit
 
-const OUTCOMES = ['done', 'error', 'cancelled', 'approved', 'rejected', 'server_changed', 'server_deleted'];
+const OUTCOMES = ['done', 'error', 'cancelled', 'approved', 'rejected', 'server_changed', 'server_deleted', 'connect_failed'];
 const DOORS = ['rest', 'chat', 'gateway', 'xiaozhi', 'grpc'];
 const PAGE_SIZE = 25;
 const AUDIT_FILTERS = ['userId', 'server', 'tool', 'via', 'outcome', 'from', 'to'];

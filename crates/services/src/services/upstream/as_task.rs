@@ -13,7 +13,7 @@ use crate::store::StoredTask;
 
 impl UpstreamService {
     /// The name of one of the user's servers (or a global one), without connecting.
-    async fn server_name(&self, user: &UserId, server_id: &str) -> Result<String> {
+    pub(super) async fn server_name(&self, user: &UserId, server_id: &str) -> Result<String> {
         let missing = || Error::NotFound(Resource::McpServer, server_id.to_owned());
         let id = uuid::Uuid::parse_str(server_id).map_err(|_| missing())?;
         if let Some(server) = self.globals.get(id) {

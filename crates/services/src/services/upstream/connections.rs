@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::UpstreamService;
-use crate::domain::UserId;
+use crate::domain::{CallOrigin, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionInfo, ConnectionKey};
+use crate::store::{AuditEntry, AuditOutcome};
 
 /// The result of `POST /api/mcp-servers/{id}/connect`.
 pub struct ConnectReport {
@@ -27,8 +28,34 @@ pub struct HealthReport {
 }
 
 impl UpstreamService {
-    /// Connects now (reusing a live connection), re-lists the tools and times it all.
-    pub async fn test_connection(&self, user: &UserId, server_id: &str) -> Result<ConnectReport> {
+    /// Connects now (reusing a live connection), re-lists the tools and times it all. A
+    /// connection that fails is an audit row (`connect_failed`, with the cause), saying who
+    /// tried: an operator's retry is on the record like a call.
+    pub async fn test_connection(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        origin: CallOrigin,
+    ) -> Result<ConnectReport> {
+        let result = self.connect_now(user, server_id).await;
+        if let Err(error) = &result
+            && !matches!(error, Error::NotFound(..))
+        {
+            let name = self.server_name(user, server_id).await.unwrap_or_default();
+            let mut entry = AuditEntry::new(user, AuditOutcome::ConnectFailed, &name, "");
+            entry.server_id = Uuid::parse_str(server_id).ok();
+            entry.via = Some(origin.via.as_str().to_owned());
+            entry.key_id = origin.key_id.map(|key| key.to_string());
+            entry.by_admin = origin.by_admin;
+            entry.error_code = Some(error.code().to_owned());
+            let max = self.audit.settings().max_detail_bytes;
+            entry.error_message = Some(crate::services::audit::cut_bytes(error.to_string(), max));
+            self.audit.record(entry);
+        }
+        result
+    }
+
+    async fn connect_now(&self, user: &UserId, server_id: &str) -> Result<ConnectReport> {
         let started = Instant::now();
         let lease = self.lease(user, server_id).await?;
         self.pool.invalidate(&lease.key).await;
