@@ -21,6 +21,13 @@ fn columns() -> Vec<ColumnDef> {
     ]
 }
 
+/// Indexes of the console's first audit filters, dropped (see `up`).
+const DROPPED: [&str; 3] = [
+    "ix_audit_log_server_time",
+    "ix_audit_log_tool_time",
+    "ix_audit_log_status_time",
+];
+
 const COLUMNS: [&str; 7] = [
     "via",
     "key_id",
@@ -53,10 +60,31 @@ impl MigrationTrait for Migration {
                     .col("created_at")
                     .to_owned(),
             )
-            .await
+            .await?;
+        // Every call now writes a row: each index is paid for by every call. Kept: time,
+        // user and time, server name and time; a filter on tool, outcome or server id
+        // walks the time index (newest first, as every read is).
+        for name in DROPPED {
+            manager
+                .drop_index(Index::drop().name(name).table("audit_log").to_owned())
+                .await?;
+        }
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        for (name, column) in DROPPED.iter().zip(["mcp_server_id", "tool_name", "status"]) {
+            manager
+                .create_index(
+                    Index::create()
+                        .name(*name)
+                        .table("audit_log")
+                        .col(column)
+                        .col("created_at")
+                        .to_owned(),
+                )
+                .await?;
+        }
         manager
             .drop_index(
                 Index::drop()

@@ -89,6 +89,8 @@ struct Journal {
     root: PathBuf,
     dir: PathBuf,
     open: Mutex<OpenFile>,
+    /// Set aside by `rotate`, oldest first, not yet in the database.
+    aside: Mutex<std::collections::VecDeque<SetAside>>,
     seq: AtomicU64,
     /// Held for the life of the process: others see this directory is live.
     _lock: File,
@@ -97,6 +99,16 @@ struct Journal {
 struct OpenFile {
     file: File,
     lines: usize,
+    /// The rows of the open file, so the flush inserts them without reading it back.
+    rows: Vec<AuditEntry>,
+}
+
+/// A journal file set aside for the flush, with its rows when they are still in memory
+/// (rows of a file adopted, read back at start or dropped from memory through a long
+/// outage are read from the file).
+struct SetAside {
+    path: PathBuf,
+    rows: Option<Vec<AuditEntry>>,
 }
 
 impl AuditTrail {
@@ -150,9 +162,9 @@ impl AuditTrail {
         }
         entry.instance_id.get_or_insert(self.inner.me.0);
         let pending = match &self.inner.journal {
-            Some(journal) => match journal.append(&entry) {
+            Some(journal) => match journal.append(entry) {
                 Ok(lines) => lines,
-                Err(error) => {
+                Err((error, entry)) => {
                     tracing::warn!(%error, "an audit row could not go to the journal; kept in memory");
                     self.keep_in_memory(entry)
                 }
@@ -200,12 +212,34 @@ impl AuditTrail {
         let Some(journal) = &self.inner.journal else {
             return Ok(());
         };
-        for path in journal.flushing()? {
+        // What this process set aside, its rows in memory: no file read back.
+        loop {
+            let next = {
+                let mut aside = journal.aside.lock().unwrap_or_else(|e| e.into_inner());
+                match aside.front_mut() {
+                    Some(front) => Some((front.path.clone(), front.rows.take())),
+                    None => None,
+                }
+            };
+            let Some((path, rows)) = next else { break };
+            let rows = match rows {
+                Some(rows) => rows,
+                None => read_rows(&path)?,
+            };
+            // On failure the rows are read back from the file next time.
+            self.insert(rows).await?;
+            journal
+                .aside
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            remove_flushed(&path);
+        }
+        // Adopted files, and this directory's from before a restart.
+        for path in journal.others_waiting()? {
             let rows = read_rows(&path)?;
             self.insert(rows).await?;
-            if let Err(error) = std::fs::remove_file(&path) {
-                tracing::warn!(%error, path = %path.display(), "a flushed audit journal could not be removed");
-            }
+            remove_flushed(&path);
         }
         Ok(())
     }
@@ -448,7 +482,9 @@ impl Journal {
             open: Mutex::new(OpenFile {
                 file: append_to(&dir.join(OPEN))?,
                 lines: 0,
+                rows: Vec::new(),
             }),
+            aside: Mutex::new(std::collections::VecDeque::new()),
             dir,
             seq: AtomicU64::new(0),
             _lock: lock,
@@ -457,18 +493,23 @@ impl Journal {
         Ok(journal)
     }
 
-    /// Appends one line; how many lines the open file holds now.
-    fn append(&self, entry: &AuditEntry) -> std::io::Result<usize> {
-        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+    /// Appends one line (the row kept for the flush too); how many lines the open file
+    /// holds now. On failure the row is handed back.
+    fn append(&self, entry: AuditEntry) -> Result<usize, (std::io::Error, AuditEntry)> {
+        let mut line = match serde_json::to_vec(&entry) {
+            Ok(line) => line,
+            Err(error) => return Err((std::io::Error::other(error), entry)),
+        };
         line.push(b'\n');
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         // One write of the whole line: a crash leaves it whole or (rarely) torn, never mixed.
         if let Err(error) = open.file.write_all(&line) {
             // A short write (a full disk) must not glue the next line onto this one.
             let _ = open.file.write_all(b"\n");
-            return Err(error);
+            return Err((error, entry));
         }
         open.lines += 1;
+        open.rows.push(entry);
         Ok(open.lines)
     }
 
@@ -484,6 +525,27 @@ impl Journal {
             Ok(file) => {
                 open.file = file;
                 open.lines = 0;
+                let rows = std::mem::take(&mut open.rows);
+                drop(open);
+                let mut set_aside = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+                set_aside.push_back(SetAside {
+                    path: aside,
+                    rows: Some(rows),
+                });
+                // Through a long outage only the newest rows stay in memory as well.
+                let mut held: usize = set_aside
+                    .iter()
+                    .filter_map(|a| a.rows.as_ref())
+                    .map(Vec::len)
+                    .sum();
+                for older in set_aside.iter_mut() {
+                    if held <= MEMORY_CAP {
+                        break;
+                    }
+                    if let Some(rows) = older.rows.take() {
+                        held -= rows.len();
+                    }
+                }
                 Ok(())
             }
             Err(error) => {
@@ -502,11 +564,20 @@ impl Journal {
         self.dir.join(format!("{now:020}-{seq:06}.{FLUSHING}"))
     }
 
-    /// This instance's files waiting for the database, oldest first.
-    fn flushing(&self) -> std::io::Result<Vec<PathBuf>> {
+    /// Files waiting for the database that `rotate` did not set aside (adopted ones, or
+    /// this directory's at start), oldest first.
+    fn others_waiting(&self) -> std::io::Result<Vec<PathBuf>> {
+        let known: std::collections::HashSet<PathBuf> = self
+            .aside
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|a| a.path.clone())
+            .collect();
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|path| path.extension().is_some_and(|ext| ext == FLUSHING))
+            .filter(|path| !known.contains(path))
             .collect();
         files.sort();
         Ok(files)
@@ -566,6 +637,12 @@ impl Journal {
                 tracing::info!(files = moved, from = %dir.display(), "adopted the audit journal of an instance that stopped");
             }
         }
+    }
+}
+
+fn remove_flushed(path: &Path) {
+    if let Err(error) = std::fs::remove_file(path) {
+        tracing::warn!(%error, path = %path.display(), "a flushed audit journal could not be removed");
     }
 }
 
