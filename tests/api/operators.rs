@@ -207,7 +207,7 @@ async fn servers_of_every_user_are_found_by_name_user_or_url_with_their_connecti
         .await;
     assert_eq!(
         ids(&errored.body, "servers", "id"),
-        [gone.clone()],
+        std::slice::from_ref(&gone),
         "{}",
         errored.text
     );

@@ -164,7 +164,8 @@ impl AuditTrail {
         let pending = match &self.inner.journal {
             Some(journal) => match journal.append(entry) {
                 Ok(lines) => lines,
-                Err((error, entry)) => {
+                Err(failed) => {
+                    let (error, entry) = *failed;
                     tracing::warn!(%error, "an audit row could not go to the journal; kept in memory");
                     self.keep_in_memory(entry)
                 }
@@ -495,10 +496,10 @@ impl Journal {
 
     /// Appends one line (the row kept for the flush too); how many lines the open file
     /// holds now. On failure the row is handed back.
-    fn append(&self, entry: AuditEntry) -> Result<usize, (std::io::Error, AuditEntry)> {
+    fn append(&self, entry: AuditEntry) -> Result<usize, Box<(std::io::Error, AuditEntry)>> {
         let mut line = match serde_json::to_vec(&entry) {
             Ok(line) => line,
-            Err(error) => return Err((std::io::Error::other(error), entry)),
+            Err(error) => return Err(Box::new((std::io::Error::other(error), entry))),
         };
         line.push(b'\n');
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -506,7 +507,7 @@ impl Journal {
         if let Err(error) = open.file.write_all(&line) {
             // A short write (a full disk) must not glue the next line onto this one.
             let _ = open.file.write_all(b"\n");
-            return Err((error, entry));
+            return Err(Box::new((error, entry)));
         }
         open.lines += 1;
         open.rows.push(entry);
