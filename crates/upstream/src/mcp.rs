@@ -183,7 +183,7 @@ mod tests {
         let long = format!("first\nsecond\t\u{7}{}", "z".repeat(500));
         let short = super::excerpt(&long);
         assert!(short.starts_with("first second "), "{short}");
-        assert_eq!(short.chars().count(), 201);
+        assert_eq!(short.chars().count(), super::EXCERPT_CHARS + 1);
         assert!(short.ends_with('…'));
         assert_eq!(super::excerpt("as is"), "as is");
     }

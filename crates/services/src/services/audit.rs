@@ -40,6 +40,8 @@ const BATCH: usize = 500;
 /// Rows kept in memory when the journal cannot take them (its disk full): past this the
 /// oldest go, said in the log.
 const MEMORY_CAP: usize = 100_000;
+/// How long a reader waits for this instance's rows while the database refuses them.
+const READER_WAIT: Duration = Duration::from_secs(2);
 /// The longest pause between tries while the database refuses rows.
 const RETRY_MAX: Duration = Duration::from_secs(10);
 /// How often journals of instances that died are looked for.
@@ -326,14 +328,29 @@ impl AuditTrail {
         }
     }
 
-    /// Flushes unless the database has been refusing rows (then a reader does not wait
-    /// on the retries, and reads what is there).
+    /// Flushes before a read, so a reader sees every call this instance answered. While
+    /// the database has been refusing rows the reader waits at most [`READER_WAIT`] for
+    /// the try (the database may be back before the flusher's next, slowed-down try).
     pub async fn flush_for_reader(&self) {
-        if self.inner.failing.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Err(error) = self.flush().await {
-            tracing::warn!(%error, "the audit log is read without this instance's newest rows");
+        let tried = if self.inner.failing.load(Ordering::Relaxed) {
+            tokio::time::timeout(READER_WAIT, self.flush()).await
+        } else {
+            Ok(self.flush().await)
+        };
+        match tried {
+            Ok(Ok(())) => {
+                if self.inner.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("audit rows reach the database again");
+                    // The flusher's slowed-down pause ends with its next, quick, try.
+                    self.inner.wake.notify_one();
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the audit log is read without this instance's newest rows");
+            }
+            Err(_) => tracing::warn!(
+                "the audit log is read without this instance's newest rows: the database is slow to take them"
+            ),
         }
     }
 
