@@ -70,6 +70,23 @@ function ErrorBox({ error }) {
   </div>`;
 }
 
+/**
+ * A form field's state that follows `value` (from the address) when the address changes,
+ * and only then: an effect that also ran at mount could undo what was typed before it
+ * ran (a fast first fill, and Find searched for nothing).
+ */
+function useFieldFollowing(value) {
+  const [field, setField] = useState(value);
+  const seen = useRef(value);
+  useEffect(() => {
+    if (seen.current !== value) {
+      seen.current = value;
+      setField(value);
+    }
+  }, [value]);
+  return [field, setField];
+}
+
 /** Previous/next for a server-side page; `go(page)` changes the address. */
 function Pager({ result, go, label }) {
   if (!result) return null;
@@ -469,8 +486,7 @@ function Users({ user, params }) {
 function UserList({ params }) {
   const search = params.get('search') || '';
   const page = Number(params.get('page') || 0);
-  const [query, setQuery] = useState(search);
-  useEffect(() => { setQuery(search); }, [search]);
+  const [query, setQuery] = useFieldFollowing(search);
   const [result] = useAsync(() => api('GET', `/admin/users?${new URLSearchParams({ search, page, pageSize: PAGE_SIZE })}`), [search, page]);
   return html`<h1>Users</h1>
     <form class="panel row" role="search" aria-label="Find users"
@@ -611,9 +627,8 @@ function Servers({ params }) {
   const search = params.get('search') || '';
   const stateFilter = params.get('state') || '';
   const page = Number(params.get('page') || 0);
-  const [query, setQuery] = useState(search);
-  const [stateDraft, setStateDraft] = useState(stateFilter);
-  useEffect(() => { setQuery(search); setStateDraft(stateFilter); }, [search, stateFilter]);
+  const [query, setQuery] = useFieldFollowing(search);
+  const [stateDraft, setStateDraft] = useFieldFollowing(stateFilter);
   const [result, reload] = useAsync(() => api('GET', `/admin/servers?${new URLSearchParams({ search, state: stateFilter, page, pageSize: PAGE_SIZE })}`), [search, stateFilter, page]);
   const [notice, setNotice] = useState(null);
   const [error, setError] = useState(null);
@@ -717,9 +732,15 @@ function Audit({ params }) {
   const filter = Object.fromEntries(AUDIT_FILTERS.map((k) => [k, params.get(k) || '']));
   const page = Number(params.get('page') || 0);
   const selected = params.get('row');
-  const [draft, setDraft] = useState({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) });
   const key = params.toString();
-  useEffect(() => { setDraft({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) }); }, [key]);
+  const [draft, setDraft] = useState({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) });
+  const seenKey = useRef(key);
+  useEffect(() => {
+    // Only when the address changes (see useFieldFollowing).
+    if (seenKey.current === key) return;
+    seenKey.current = key;
+    setDraft({ ...filter, from: toLocal(filter.from), to: toLocal(filter.to) });
+  }, [key]);
   const query = new URLSearchParams(Object.entries(filter).filter(([, v]) => v));
   const [result] = useAsync(() => api('GET', `/admin/audit?${query}&page=${page}&pageSize=${PAGE_SIZE}`), [key]);
   const [detail] = useAsync(() => (selected ? api('GET', `/admin/audit/${enc(selected)}`) : Promise.resolve(null)), [selected]);
