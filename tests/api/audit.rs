@@ -29,6 +29,18 @@ async fn rows_of(app: &TestApp, query: &str) -> Vec<Value> {
     page.body["entries"].as_array().unwrap().clone()
 }
 
+/// The body of an admin GET (an export).
+async fn download(app: &TestApp, path: &str) -> String {
+    app.request(Method::GET, path)
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The rows whose kept arguments hold `marker`, with their details.
 async fn rows_marked(app: &TestApp, marker: &str) -> Vec<Value> {
     let mut marked = Vec::new();
@@ -282,15 +294,7 @@ async fn a_failed_call_says_why_and_secrets_never_reach_the_row() {
     let invalid = failed.iter().find(|r| r["toolName"] == "echo").unwrap();
     assert_eq!(invalid["errorCode"], "INVALID_ARGUMENTS", "{invalid}");
 
-    let export = app
-        .request(Method::GET, "/admin/audit?userId=u&format=ndjson")
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let export = download(&app, "/admin/audit?userId=u&format=ndjson").await;
     assert!(!export.contains("sk-do-not-keep"), "{export}");
     assert!(!export.contains("hunter2"), "{export}");
     assert!(export.contains("[redacted]"), "{export}");
@@ -372,15 +376,7 @@ async fn the_log_filters_by_server_name_and_exports_what_the_filter_keeps() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 4, "a header and three rows: {csv}");
     assert!(lines[0].starts_with("id,createdAt,userId"), "{csv}");
-    let all = app
-        .request(Method::GET, "/admin/audit?userId=u&format=csv")
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let all = download(&app, "/admin/audit?userId=u&format=csv").await;
     // The quoted text stays one field of one row.
     assert!(
         all.contains(r#""{""text"":""other, \""quoted\"", with commas""}""#),
@@ -452,26 +448,10 @@ async fn a_row_with_a_long_or_nul_name_fits_and_holds_up_nothing() {
 
     // Exported to CSV, a cell that a spreadsheet would run is inert, and an export of
     // nothing still has its header.
-    let csv = app
-        .request(Method::GET, "/admin/audit?userId=u&format=csv")
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let csv = download(&app, "/admin/audit?userId=u&format=csv").await;
     assert!(csv.contains(",'=HYPERLINK(1),"), "{csv}");
     assert!(!csv.contains(",=HYPERLINK"), "{csv}");
-    let empty = app
-        .request(Method::GET, "/admin/audit?userId=nobody&format=csv")
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let empty = download(&app, "/admin/audit?userId=nobody&format=csv").await;
     assert!(empty.starts_with("id,createdAt,userId"), "{empty}");
     assert_eq!(empty.lines().count(), 1, "{empty}");
 }

@@ -78,12 +78,7 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
     )
     .await;
     // node's spec reporter closes with `ℹ tests N` and `ℹ pass N`.
-    let count = |label: &str| {
-        output
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("ℹ {label} ")))
-            .and_then(|n| n.trim().parse::<u32>().ok())
-    };
+    let count = |label: &str| reported(&output, label);
     assert_eq!(count("tests"), Some(11), "{output}");
     assert_eq!(count("pass"), Some(11), "{output}");
     app.stop().await;
@@ -157,15 +152,18 @@ async fn an_operator_finds_users_servers_and_waiting_calls_at_a_laptops_and_a_ph
         ],
     )
     .await;
-    let count = |label: &str| {
-        output
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("ℹ {label} ")))
-            .and_then(|n| n.trim().parse::<u32>().ok())
-    };
+    let count = |label: &str| reported(&output, label);
     assert_eq!(count("tests"), Some(2), "{output}");
     assert_eq!(count("pass"), Some(2), "{output}");
     app.stop().await;
+}
+
+/// A count node's spec reporter closes with (`ℹ tests N`, `ℹ pass N`).
+fn reported(output: &str, label: &str) -> Option<u32> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("ℹ {label} ")))
+        .and_then(|n| n.trim().parse::<u32>().ok())
 }
 
 /// Runs `node --test tests/console/<script>` against `app` and returns its stdout (the

@@ -66,6 +66,19 @@ async fn failed_connect(app: &TestApp, user: &str, server: &str) -> (String, Str
     (message, last_error)
 }
 
+/// Why a server could not be used: its creation's refusal, or its connect's failure.
+async fn refusal(app: &TestApp, created: &crate::helpers::Reply) -> String {
+    if created.status == StatusCode::CREATED {
+        let id = created.body["id"].as_str().unwrap().to_owned();
+        failed_connect(app, "u", &id).await.0
+    } else {
+        created.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
 fn says(text: &str, words: &[&str]) -> bool {
     let text = text.to_lowercase();
     words.iter().any(|w| text.contains(w))
@@ -140,15 +153,7 @@ async fn a_name_that_does_not_resolve_says_so() {
                    "baseUrl": "https://gone.example.com/mcp"}),
         )
         .await;
-    let message = if created.status == StatusCode::CREATED {
-        let id = created.body["id"].as_str().unwrap().to_owned();
-        failed_connect(&app, "u", &id).await.0
-    } else {
-        created.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let message = refusal(&app, &created).await;
     assert!(!message.contains("::"), "{message}");
     assert!(
         says(&message, &["resolve", "dns", "no such name"]),
@@ -205,15 +210,7 @@ async fn an_address_the_policy_forbids_says_policy() {
                    "baseUrl": "https://inside.example.com/mcp"}),
         )
         .await;
-    let message = if created.status == StatusCode::CREATED {
-        let id = created.body["id"].as_str().unwrap().to_owned();
-        failed_connect(&app, "u", &id).await.0
-    } else {
-        created.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let message = refusal(&app, &created).await;
     assert!(!message.contains("::"), "{message}");
     assert!(
         says(&message, &["policy", "not allowed", "private", "forbidden"]),
