@@ -62,7 +62,8 @@ async fn rows_marked(app: &TestApp, marker: &str) -> Vec<Value> {
     marked
 }
 
-async fn key_id(app: &TestApp, role: &str) -> Value {
+/// The id of the first key of `role`.
+pub(crate) async fn key_id(app: &TestApp, role: &str) -> Value {
     let keys = app.admin(Method::GET, "/admin/keys", None).await;
     keys.body["keys"]
         .as_array()

@@ -328,14 +328,7 @@ async fn an_admins_change_to_a_users_server_is_on_the_record_and_the_users_own_i
         "{}",
         rows.text
     );
-    let keys = app.admin(Method::GET, "/admin/keys", None).await;
-    let admin_key = keys.body["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["role"] == "admin")
-        .unwrap()["id"]
-        .clone();
+    let admin_key = crate::audit::key_id(&app, "admin").await;
     for row in rows.body["entries"].as_array().unwrap() {
         assert_eq!(row["decidedBy"], admin_key, "{row}");
         assert_eq!(row["serverName"], "fx", "{row}");

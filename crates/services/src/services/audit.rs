@@ -149,14 +149,6 @@ impl AuditTrail {
         }
     }
 
-    pub fn instance(&self) -> InstanceId {
-        self.inner.me
-    }
-
-    pub fn settings(&self) -> &AuditSettings {
-        &self.inner.settings
-    }
-
     /// Takes a row: in the journal when this returns (or in memory if its disk refused).
     pub fn record(&self, mut entry: AuditEntry) {
         if !self.inner.settings.enabled {
@@ -416,10 +408,7 @@ impl AuditTrail {
             tool,
         );
         entry.server_id = uuid::Uuid::parse_str(server_id).ok();
-        entry.message_id = origin.message;
-        entry.via = Some(origin.via.as_str().to_owned());
-        entry.key_id = origin.key_id.map(|key| key.to_string());
-        entry.by_admin = origin.by_admin;
+        stamp_origin(&mut entry, origin);
         entry.arguments = settings
             .record_details
             .then(|| arguments_detail(arguments, settings.max_detail_bytes));
@@ -429,6 +418,39 @@ impl AuditTrail {
             started: std::time::Instant::now(),
         }
     }
+
+    /// A connection tried on request that failed (`connect_failed`): who tried, and why.
+    pub fn connect_failed(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        server_name: &str,
+        origin: CallOrigin,
+        error: &Error,
+    ) {
+        let mut entry = AuditEntry::new(user, AuditOutcome::ConnectFailed, server_name, "");
+        entry.server_id = uuid::Uuid::parse_str(server_id).ok();
+        stamp_origin(&mut entry, origin);
+        self.stamp_error(&mut entry, error);
+        self.record(entry);
+    }
+
+    /// Why a row's call or connect failed: the stable code, and the words, cut.
+    fn stamp_error(&self, entry: &mut AuditEntry, error: &Error) {
+        entry.error_code = Some(error.code().to_owned());
+        entry.error_message = Some(cut_bytes(
+            error.to_string(),
+            self.inner.settings.max_detail_bytes,
+        ));
+    }
+}
+
+/// Who asked, as a row says it.
+fn stamp_origin(entry: &mut AuditEntry, origin: CallOrigin) {
+    entry.message_id = origin.message;
+    entry.via = Some(origin.via.as_str().to_owned());
+    entry.key_id = origin.key_id.map(|key| key.to_string());
+    entry.by_admin = origin.by_admin;
 }
 
 impl CallAudit {
@@ -461,11 +483,7 @@ impl CallAudit {
     pub fn failed(mut self, error: &Error) {
         if let Some(mut entry) = self.entry.take() {
             entry.outcome = ToolCallStatus::Error.as_str().to_owned();
-            entry.error_code = Some(error.code().to_owned());
-            entry.error_message = Some(cut_bytes(
-                error.to_string(),
-                self.trail.inner.settings.max_detail_bytes,
-            ));
+            self.trail.stamp_error(&mut entry, error);
             self.write(entry);
         }
     }

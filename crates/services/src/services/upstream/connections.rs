@@ -9,7 +9,6 @@ use super::UpstreamService;
 use crate::domain::{CallOrigin, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::pool::{ConnectionInfo, ConnectionKey};
-use crate::store::{AuditEntry, AuditOutcome};
 
 /// The result of `POST /api/mcp-servers/{id}/connect`.
 pub struct ConnectReport {
@@ -42,15 +41,8 @@ impl UpstreamService {
             && !matches!(error, Error::NotFound(..))
         {
             let name = self.server_name(user, server_id).await.unwrap_or_default();
-            let mut entry = AuditEntry::new(user, AuditOutcome::ConnectFailed, &name, "");
-            entry.server_id = Uuid::parse_str(server_id).ok();
-            entry.via = Some(origin.via.as_str().to_owned());
-            entry.key_id = origin.key_id.map(|key| key.to_string());
-            entry.by_admin = origin.by_admin;
-            entry.error_code = Some(error.code().to_owned());
-            let max = self.audit.settings().max_detail_bytes;
-            entry.error_message = Some(crate::services::audit::cut_bytes(error.to_string(), max));
-            self.audit.record(entry);
+            self.audit
+                .connect_failed(user, server_id, &name, origin, error);
         }
         result
     }
