@@ -21,6 +21,7 @@ mod m20261130_000013_console_signouts;
 mod m20261201_000014_tasks;
 mod m20261202_000015_audit_every_call;
 mod m20261202_000016_operator_lists;
+mod m20261203_000017_call_origins;
 
 pub struct Migrator;
 
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000014_tasks::Migration),
             Box::new(m20261202_000015_audit_every_call::Migration),
             Box::new(m20261202_000016_operator_lists::Migration),
+            Box::new(m20261203_000017_call_origins::Migration),
         ]
     }
 }

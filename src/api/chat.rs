@@ -29,6 +29,7 @@ use super::extract::{Json, Path, Query};
 use crate::agent::{ChatEvent, ChatInput, ChatOutcome};
 use crate::confirm::TOOL_CALL_EVENT;
 use crate::domain::AssistantId;
+use crate::domain::CallVia;
 use crate::error::Error;
 use crate::llm::ToolMode;
 
@@ -183,7 +184,7 @@ async fn chat_stream(
     let turn = state
         .services
         .chat
-        .prepare(&ctx.user, request.into_input()?)
+        .prepare(&ctx.user, request.into_input()?, ctx.origin(CallVia::Chat))
         .await?;
     let (receiver, guard) = spawn_turn(turn);
     let stream = futures::stream::unfold(
@@ -212,7 +213,7 @@ async fn chat_message(
     let turn = state
         .services
         .chat
-        .prepare(&ctx.user, request.into_input()?)
+        .prepare(&ctx.user, request.into_input()?, ctx.origin(CallVia::Chat))
         .await?;
     let (mut receiver, _guard) = spawn_turn(turn);
     while let Some(event) = receiver.recv().await {

@@ -226,7 +226,7 @@ async fn a_call_on_every_path_leaves_exactly_one_row_saying_who_and_how() {
         ("by-rest", "rest", service_key.clone(), false),
         ("by-admin", "rest", admin_key.clone(), true),
         ("by-message", "chat", service_key.clone(), false),
-        ("by-agent", "chat", Value::Null, false),
+        ("by-agent", "chat", service_key.clone(), false),
         ("by-gateway", "gateway", token_id.clone(), false),
         ("by-approval", "gateway", token_id.clone(), false),
         ("by-grpc", "grpc", service_key.clone(), false),

@@ -201,7 +201,13 @@ impl ChatService {
     }
 
     /// Checks the request and stores the conversation and both messages.
-    pub async fn prepare(&self, user: &UserId, input: ChatInput) -> Result<PreparedTurn> {
+    /// `origin`: who asked (the key the chat came with), what its calls' audit rows say.
+    pub async fn prepare(
+        &self,
+        user: &UserId,
+        input: ChatInput,
+        origin: crate::domain::CallOrigin,
+    ) -> Result<PreparedTurn> {
         let agent = &self.settings.agent;
         let message = input.message.trim();
         if message.is_empty() {
@@ -271,6 +277,7 @@ impl ChatService {
             owner_instance: None,
             created_at: now,
             updated_at: now,
+            origins: Default::default(),
         };
         messages.insert(&user_message).await?;
         let metadata = TurnMetadata {
@@ -306,6 +313,7 @@ impl ChatService {
                 history,
                 user_text: message.to_owned(),
                 metadata,
+                origin,
                 _running: running,
             },
         ))

@@ -44,7 +44,7 @@ pub use audit::{AuditEntry, AuditFilter, AuditOutcome, AuditRepo, AuditRow};
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};
 pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
 pub use instances::InstanceRepo;
-pub use messages::{MessageRepo, StoredMessage, WaitingCall};
+pub use messages::{AddedCalls, CallOrigins, MessageRepo, StoredMessage, WaitingCall};
 pub use notify::NoteListener;
 pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
 pub use presets::PresetRepo;

@@ -15,7 +15,10 @@ use super::entities::{message, tool_call};
 use super::group_commit::GroupedWrite;
 use super::instances::ids;
 use super::{Db, StoreError, corrupt};
-use crate::domain::{InstanceId, ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::{CallOrigin, CallVia, InstanceId, ToolCallRecord, ToolCallStatus, UserId};
+
+/// Who submitted each call of a message, by call id.
+pub type CallOrigins = HashMap<String, CallOrigin>;
 
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -31,6 +34,16 @@ pub struct StoredMessage {
     pub owner_instance: Option<InstanceId>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// Who submitted its calls (calls stored before this was kept have none): what the
+    /// audit row of a call approved after a restart says.
+    pub origins: CallOrigins,
+}
+
+/// Records added to a stored message, at `first_position` on, with who submitted them.
+pub struct AddedCalls<'a> {
+    pub records: &'a [ToolCallRecord],
+    pub origins: &'a CallOrigins,
+    pub first_position: usize,
 }
 
 /// A call waiting for its user's (or an operator's) decision.
@@ -107,7 +120,15 @@ impl MessageRepo {
         message::Entity::insert(row)
             .exec_without_returning(&txn)
             .await?;
-        insert_records(&txn, message.id, &message.tool_calls, 0, message.updated_at).await?;
+        insert_records(
+            &txn,
+            message.id,
+            &message.tool_calls,
+            &message.origins,
+            0,
+            message.updated_at,
+        )
+        .await?;
         txn.commit().await?;
         Ok(())
     }
@@ -120,14 +141,18 @@ impl MessageRepo {
         &self,
         user: &UserId,
         id: Uuid,
-        calls: &[ToolCallRecord],
-        first_position: usize,
+        added: AddedCalls<'_>,
         owner: InstanceId,
         open_calls: usize,
     ) -> Result<bool, StoreError> {
         let change = RecordsChange::Add {
-            calls: calls.to_vec(),
-            first_position,
+            calls: added.records.to_vec(),
+            origins: added
+                .records
+                .iter()
+                .filter_map(|c| added.origins.get(&c.id).map(|o| (c.id.clone(), *o)))
+                .collect(),
+            first_position: added.first_position,
         };
         self.write_as_owner(user, id, owner, open_calls, change)
             .await
@@ -392,15 +417,15 @@ async fn insert_records(
     txn: &DatabaseTransaction,
     message: Uuid,
     calls: &[ToolCallRecord],
+    origins: &CallOrigins,
     first_position: usize,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
     for (offset, chunk) in calls.chunks(INSERT_CHUNK).enumerate() {
         let base = first_position + offset * INSERT_CHUNK;
-        let rows = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, call)| tool_call::ActiveModel {
+        let rows = chunk.iter().enumerate().map(|(i, call)| {
+            let origin = origins.get(&call.id);
+            tool_call::ActiveModel {
                 message_id: Set(message),
                 id: Set(call.id.clone()),
                 position: Set((base + i) as i32),
@@ -414,7 +439,11 @@ async fn insert_records(
                 is_error: Set(call.is_error),
                 created_at: Set(now),
                 updated_at: Set(now),
-            });
+                via: Set(origin.map(|o| o.via.as_str().to_owned())),
+                key_id: Set(origin.and_then(|o| o.key_id)),
+                by_admin: Set(origin.is_some_and(|o| o.by_admin)),
+            }
+        });
         tool_call::Entity::insert_many(rows)
             .exec_without_returning(txn)
             .await?;
@@ -436,6 +465,7 @@ enum RecordsChange {
     /// New records from this position on.
     Add {
         calls: Vec<ToolCallRecord>,
+        origins: CallOrigins,
         first_position: usize,
     },
     /// New status and outcome for existing records.
@@ -463,8 +493,11 @@ impl GroupedWrite for RecordsWrite {
             match &self.change {
                 RecordsChange::Add {
                     calls,
+                    origins,
                     first_position,
-                } => insert_records(txn, self.message, calls, *first_position, now).await?,
+                } => {
+                    insert_records(txn, self.message, calls, origins, *first_position, now).await?
+                }
                 RecordsChange::Update(outcomes) => {
                     for outcome in outcomes {
                         for chunk in outcome.ids.chunks(IN_CHUNK) {
@@ -541,7 +574,20 @@ fn to_domain(
         .iter()
         .map(|c| c.updated_at)
         .fold(row.updated_at, std::cmp::max);
+    let origins: CallOrigins = calls
+        .iter()
+        .filter_map(|call| {
+            let via = CallVia::parse(call.via.as_deref()?)?;
+            let origin = CallOrigin {
+                key_id: call.key_id,
+                by_admin: call.by_admin,
+                ..CallOrigin::new(via)
+            };
+            Some((call.id.clone(), origin))
+        })
+        .collect();
     Ok(StoredMessage {
+        origins,
         id: row.id,
         user_id: UserId::parse(&row.user_id).map_err(|e| corrupt("user_id", e))?,
         conversation_id: row.conversation_id,
@@ -580,6 +626,60 @@ mod tests {
         repo.get(user, id).await.expect("reads").expect("exists")
     }
 
+    /// Who submitted each call is stored with it: a message read back (its actor
+    /// restarted from storage) still knows the door and key of its calls, whether they
+    /// came with the message or were added to it later; calls without one have none.
+    #[tokio::test]
+    async fn who_submitted_each_call_is_read_back_with_the_message() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let repo = sqlite_store(dir.path()).await.messages();
+        let user = UserId::parse("u1").expect("a user id");
+        let me = InstanceId::generate();
+        let key = Uuid::now_v7();
+        let by_key = CallOrigin::new(CallVia::Chat).with_key(key, false);
+        let by_admin = CallOrigin::new(CallVia::Gateway).with_key(Uuid::now_v7(), true);
+        let id = Uuid::now_v7();
+        let now = crate::domain::now();
+        repo.insert(&StoredMessage {
+            id,
+            user_id: user.clone(),
+            conversation_id: None,
+            role: "assistant".into(),
+            content: String::new(),
+            tool_calls: vec![
+                call("c0", ToolCallStatus::Pending),
+                call("c1", ToolCallStatus::Pending),
+            ],
+            metadata: None,
+            owner_instance: Some(me),
+            created_at: now,
+            updated_at: now,
+            origins: CallOrigins::from([("c0".to_owned(), by_key)]),
+        })
+        .await
+        .expect("inserts");
+        let later = CallOrigins::from([("c2".to_owned(), by_admin)]);
+        let added = repo
+            .add_tool_calls(
+                &user,
+                id,
+                AddedCalls {
+                    records: &[call("c2", ToolCallStatus::Pending)],
+                    origins: &later,
+                    first_position: 2,
+                },
+                me,
+                3,
+            )
+            .await
+            .expect("adds");
+        assert!(added);
+        let read = stored(&repo, &user, id).await;
+        assert_eq!(read.origins.get("c0"), Some(&by_key));
+        assert_eq!(read.origins.get("c1"), None);
+        assert_eq!(read.origins.get("c2"), Some(&by_admin));
+    }
+
     /// Record writes issued together on the SQLite file share transactions (group
     /// commit), yet each answers for itself: one refused (its message held by another
     /// instance) writes nothing while the rest of its group lands with their messages'
@@ -606,6 +706,7 @@ mod tests {
                 owner_instance: Some(if n == 7 { other } else { me }),
                 created_at: now,
                 updated_at: now,
+                origins: CallOrigins::new(),
             })
             .await
             .expect("inserts");
@@ -642,13 +743,19 @@ mod tests {
         // A new parked call on every message I hold at once; #21's reuses an id.
         let fresh = [call("c1", ToolCallStatus::Pending)];
         let duplicate = [call("c0", ToolCallStatus::Pending)];
+        let no_origins = CallOrigins::new();
         let adds = ids
             .iter()
             .enumerate()
             .filter(|&(n, _)| n != 7)
             .map(|(n, &id)| {
                 let calls = if n == 21 { &duplicate } else { &fresh };
-                repo.add_tool_calls(&user, id, calls, 1, me, 1)
+                let added = AddedCalls {
+                    records: calls,
+                    origins: &no_origins,
+                    first_position: 1,
+                };
+                repo.add_tool_calls(&user, id, added, me, 1)
             });
         let answers = futures::future::join_all(adds).await;
         let failed: Vec<usize> = answers

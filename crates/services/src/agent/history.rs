@@ -192,6 +192,7 @@ mod tests {
             owner_instance: None,
             created_at: crate::domain::now(),
             updated_at: crate::domain::now(),
+            origins: Default::default(),
         }
     }
 

@@ -31,6 +31,8 @@ pub(super) struct TurnSetup {
     pub history: Vec<StoredMessage>,
     pub user_text: String,
     pub metadata: TurnMetadata,
+    /// Who started the turn: its calls are audited as theirs.
+    pub origin: crate::domain::CallOrigin,
     /// Held until the turn ends: the conversation is busy meanwhile.
     pub _running: RunningGuard,
 }
@@ -278,7 +280,7 @@ impl PreparedTurn {
                     Some(setup.conversation),
                     None,
                     records,
-                    crate::domain::CallOrigin::new(crate::domain::CallVia::Chat),
+                    setup.origin,
                 )
                 .await?;
             let settled = self.wait_settled(hub, events).await?;

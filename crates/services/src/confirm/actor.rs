@@ -49,6 +49,8 @@ pub struct ActorArgs {
     /// Whether the message row exists yet.
     pub exists: bool,
     pub records: Vec<ToolCallRecord>,
+    /// Who submitted the stored records.
+    pub origins: crate::store::CallOrigins,
     /// The session its calls use, when the message is stored with a conversation.
     pub scope: Option<std::sync::Arc<str>>,
     pub deps: ConfirmDeps,
@@ -70,9 +72,9 @@ pub struct ActorState {
     fenced: bool,
     /// The conversation or gateway session whose upstream sessions its calls use.
     scope: Option<std::sync::Arc<str>>,
-    /// Who submitted each call, by call id (a message read back from the database after
-    /// its instance stopped says `chat`, without a key: who submitted it is not stored).
-    origins: std::collections::HashMap<String, CallOrigin>,
+    /// Who submitted each call, by call id (stored with the call, so a message read back
+    /// after a restart still knows; calls stored before that say `chat` without a key).
+    origins: crate::store::CallOrigins,
 }
 
 pub struct ConfirmationActor;
@@ -107,8 +109,11 @@ impl ActorState {
                 .add_tool_calls(
                     &self.user,
                     self.message,
-                    &self.records[first..],
-                    first,
+                    crate::store::AddedCalls {
+                        records: &self.records[first..],
+                        origins: &self.origins,
+                        first_position: first,
+                    },
                     me,
                     open,
                 )
@@ -127,6 +132,7 @@ impl ActorState {
             owner_instance: Some(me),
             created_at: now,
             updated_at: now,
+            origins: self.origins.clone(),
         })
         .await?;
         self.exists = true;
@@ -348,7 +354,7 @@ impl Actor for ConfirmationActor {
             reported_parked: 0,
             fenced: false,
             scope: args.scope,
-            origins: std::collections::HashMap::new(),
+            origins: args.origins,
         };
         // Restarted from storage: parked calls wait again; a running call's task is gone.
         let interrupted: Vec<usize> = (0..state.records.len())

@@ -58,6 +58,7 @@ pub struct ConfirmationSupervisor;
 pub(crate) struct Loaded {
     exists: bool,
     records: Vec<crate::domain::ToolCallRecord>,
+    origins: crate::store::CallOrigins,
     scope: Option<Arc<str>>,
 }
 
@@ -180,6 +181,7 @@ impl SupervisorState {
             message,
             exists: loaded.exists,
             records: loaded.records,
+            origins: loaded.origins,
             scope: loaded.scope,
             deps: self.deps.clone(),
         };
@@ -259,6 +261,7 @@ async fn load(deps: &ConfirmDeps, user: &UserId, message: Uuid, create: bool) ->
             Ok(Loaded {
                 exists: true,
                 records: stored.tool_calls,
+                origins: stored.origins,
                 // A stored message's calls use its conversation's sessions.
                 scope: stored.conversation_id.map(|c| Arc::from(c.to_string())),
             })
@@ -268,6 +271,7 @@ async fn load(deps: &ConfirmDeps, user: &UserId, message: Uuid, create: bool) ->
         None if create && !repo.exists(message).await? => Ok(Loaded {
             exists: false,
             records: Vec::new(),
+            origins: Default::default(),
             scope: None,
         }),
         None => Err(Error::NotFound(Resource::Message, message.to_string())),

@@ -27,6 +27,10 @@ pub struct Model {
     pub is_error: bool,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// Who submitted the call (`CallOrigin`): the door, the key, an admin for the user.
+    pub via: Option<String>,
+    pub key_id: Option<Uuid>,
+    pub by_admin: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
