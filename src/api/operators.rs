@@ -155,7 +155,10 @@ struct UserListView {
     users: Vec<UserSummaryView>,
     page: u64,
     page_size: u64,
+    /// Rows in all, counted up to 10,000 (see `totalCapped`).
     total: u64,
+    /// There are more than `total` rows: narrow the filter to count them.
+    total_capped: bool,
 }
 
 /// Users with servers, by id, with how many servers and open calls each has; `search`
@@ -189,6 +192,7 @@ async fn users(
         page: page.page,
         page_size: page.page_size,
         total: page.total,
+        total_capped: page.total_capped,
     }))
 }
 
@@ -217,7 +221,10 @@ struct ServerListView {
     servers: Vec<ServerSummaryView>,
     page: u64,
     page_size: u64,
+    /// Rows in all, counted up to 10,000 (see `totalCapped`).
     total: u64,
+    /// There are more than `total` rows: narrow the filter to count them.
+    total_capped: bool,
 }
 
 /// Every user's servers, by user then name; `search` finds them by part of their name,
@@ -258,6 +265,7 @@ async fn servers(
         page: page.page,
         page_size: page.page_size,
         total: page.total,
+        total_capped: page.total_capped,
     }))
 }
 
@@ -278,7 +286,10 @@ struct ApprovalListView {
     calls: Vec<WaitingCallView>,
     page: u64,
     page_size: u64,
+    /// Rows in all, counted up to 10,000 (see `totalCapped`).
     total: u64,
+    /// There are more than `total` rows: narrow the filter to count them.
+    total_capped: bool,
 }
 
 /// Every call waiting for a decision, across users, oldest first. Decide one with
@@ -310,6 +321,7 @@ async fn approvals(
         page: page.page,
         page_size: page.page_size,
         total: page.total,
+        total_capped: page.total_capped,
     }))
 }
 
@@ -424,7 +436,10 @@ struct AuditPageView {
     entries: Vec<AuditEntryView>,
     page: u64,
     page_size: u64,
+    /// Rows in all, counted up to 10,000 (see `totalCapped`).
     total: u64,
+    /// There are more than `total` rows: narrow the filter to count them.
+    total_capped: bool,
 }
 
 /// The audit log, newest first: every tool call on every path (with who, the door, the
@@ -467,6 +482,7 @@ async fn audit(
             page: page.page,
             page_size: page.page_size,
             total: page.total,
+            total_capped: page.total_capped,
         })
         .into_response());
     };

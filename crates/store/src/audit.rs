@@ -4,14 +4,14 @@
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, DatabaseTransaction, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseBackend,
+    DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement,
 };
 use uuid::Uuid;
 
 use super::entities::audit_entry;
 use super::group_commit::GroupedWrite;
-use super::{Db, StoreError};
+use super::{Counted, Db, StoreError, count_capped};
 use crate::domain::{ToolCallStatus, UserId};
 
 /// What an audit row records.
@@ -131,6 +131,34 @@ impl AuditEntry {
         }
     }
 
+    /// The row's fields in [`COLUMNS`] order, fitted as [`Self::into_model`] fits them.
+    fn bind(&self, values: &mut Vec<sea_orm::Value>) {
+        let fit_ref = |text: &str, max: Option<usize>| fit(text.to_owned(), max);
+        let opt = |text: &Option<String>, max: Option<usize>| -> sea_orm::Value {
+            text.as_deref().map(|t| fit_ref(t, max)).into()
+        };
+        values.extend([
+            self.id.into(),
+            fit_ref(&self.user_id, Some(128)).into(),
+            self.server_id.into(),
+            fit_ref(&self.server_name, Some(256)).into(),
+            fit_ref(&self.tool_name, Some(256)).into(),
+            self.message_id.into(),
+            fit_ref(&self.outcome, Some(16)).into(),
+            opt(&self.error_code, Some(64)),
+            self.latency_ms.into(),
+            opt(&self.decided_by, Some(64)),
+            self.created_at.into(),
+            opt(&self.via, Some(16)),
+            opt(&self.key_id, Some(64)),
+            self.by_admin.into(),
+            self.instance_id.into(),
+            opt(&self.arguments, None),
+            opt(&self.result, None),
+            opt(&self.error_message, None),
+        ]);
+    }
+
     fn from_model(row: audit_entry::Model) -> Self {
         Self {
             id: row.id,
@@ -153,6 +181,55 @@ impl AuditEntry {
             result: row.result,
         }
     }
+}
+
+/// Rows per statement at most: 18,000 bound values, within SQLite's 32,766 and
+/// PostgreSQL's 65,535.
+const MAX_ROWS_PER_STATEMENT: usize = 1_000;
+
+/// The columns [`AuditEntry::bind`] fills, in its order.
+const COLUMNS: [&str; 18] = [
+    "id",
+    "user_id",
+    "mcp_server_id",
+    "server_name",
+    "tool_name",
+    "message_id",
+    "status",
+    "error_code",
+    "latency_ms",
+    "decided_by",
+    "created_at",
+    "via",
+    "key_id",
+    "by_admin",
+    "instance_id",
+    "arguments",
+    "result",
+    "error_message",
+];
+
+/// `INSERT … ON CONFLICT (id) DO NOTHING` of `rows` rows; the text of a full batch is
+/// made once per backend.
+fn insert_sql(backend: DatabaseBackend, rows: usize) -> String {
+    let mut sql = format!("INSERT INTO audit_log ({}) VALUES ", COLUMNS.join(", "));
+    let mut n = 0;
+    for row in 0..rows {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for column in 0..COLUMNS.len() {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            n += 1;
+            match backend {
+                DatabaseBackend::Postgres => sql.push_str(&format!("${n}")),
+                _ => sql.push('?'),
+            }
+        }
+        sql.push(')');
+    }
+    sql.push_str(" ON CONFLICT (id) DO NOTHING");
+    sql
 }
 
 /// `text` without NUL characters, cut to `max_chars` characters when given.
@@ -243,14 +320,26 @@ impl AuditRepo {
 
     /// Appends rows in one statement; a row whose id is there already is skipped (a
     /// journal replayed after a crash writes each row once).
-    pub async fn record_many(&self, entries: Vec<AuditEntry>) -> Result<(), StoreError> {
+    ///
+    /// Every call writes a row, so this is the audit's cost in the database: the
+    /// statement's text is the same for every batch of a size (the driver prepares it
+    /// once), and each row's fields are bound as they are, fitted, without building an
+    /// entity first.
+    pub async fn record_many(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
         }
-        audit_entry::Entity::insert_many(entries.into_iter().map(AuditEntry::into_model))
-            .on_conflict_do_nothing_on([audit_entry::Column::Id])
-            .exec_without_returning(self.db.writer()?)
-            .await?;
+        let db = self.db.writer()?;
+        let backend = db.get_database_backend();
+        for entries in entries.chunks(MAX_ROWS_PER_STATEMENT) {
+            let mut values: Vec<sea_orm::Value> = Vec::with_capacity(entries.len() * COLUMNS.len());
+            for entry in entries {
+                entry.bind(&mut values);
+            }
+            let sql = insert_sql(backend, entries.len());
+            db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+                .await?;
+        }
         Ok(())
     }
 
@@ -287,15 +376,24 @@ impl AuditRepo {
         Ok(gone.rows_affected)
     }
 
-    /// One page of the rows `filter` keeps (newest first), and how many it keeps in all.
+    /// One page of the rows `filter` keeps (newest first), and how many it keeps (counted
+    /// up to `COUNT_CAP`).
     pub async fn page(
         &self,
         filter: &AuditFilter,
         page: u64,
         page_size: u64,
-    ) -> Result<(Vec<AuditRow>, u64), StoreError> {
+    ) -> Result<(Vec<AuditRow>, Counted), StoreError> {
         let query = audit_entry::Entity::find().filter(filter.condition());
-        let total = query.clone().count(self.db.reader()?).await?;
+        let total = count_capped(
+            self.db.reader()?,
+            query
+                .clone()
+                .select_only()
+                .column(audit_entry::Column::Id)
+                .into_query(),
+        )
+        .await?;
         let rows = query
             .order_by_desc(audit_entry::Column::CreatedAt)
             .order_by_desc(audit_entry::Column::Id)

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
+    QueryTrait, TransactionTrait,
 };
 use uuid::Uuid;
 
 use super::entities::{assistant_server, mcp_server};
-use super::{Db, StoreError, corrupt, from_json, open_map, seal_map};
+use super::{Counted, Db, StoreError, corrupt, count_capped, from_json, open_map, seal_map};
 use crate::domain::{
     EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec, SessionScope,
     StdioLaunch, Transport, TransportKind, UserId,
@@ -57,20 +57,25 @@ impl ServerRepo {
         search: Option<&str>,
         offset: u64,
         limit: u64,
-    ) -> Result<(Vec<(String, u64)>, u64), StoreError> {
+    ) -> Result<(Vec<(String, u64)>, Counted), StoreError> {
         use sea_orm::QuerySelect;
         use sea_orm::sea_query::ExprTrait;
         let mut condition = Condition::all();
         if let Some(search) = search {
             condition = condition.add(contains(mcp_server::Column::UserId, search));
         }
-        let total: Option<i64> = mcp_server::Entity::find()
-            .select_only()
-            .column_as(Expr::col(mcp_server::Column::UserId).count_distinct(), "n")
-            .filter(condition.clone())
-            .into_tuple()
-            .one(self.db.reader()?)
-            .await?;
+        // DISTINCT in a subquery, not COUNT(DISTINCT …): PostgreSQL walks the
+        // (user_id, name) index and stops at the cap instead of sorting every row.
+        let total = count_capped(
+            self.db.reader()?,
+            mcp_server::Entity::find()
+                .select_only()
+                .column(mcp_server::Column::UserId)
+                .distinct()
+                .filter(condition.clone())
+                .into_query(),
+        )
+        .await?;
         let rows: Vec<(String, i64)> = mcp_server::Entity::find()
             .select_only()
             .column(mcp_server::Column::UserId)
@@ -87,7 +92,7 @@ impl ServerRepo {
             rows.into_iter()
                 .map(|(user, servers)| (user, u64::try_from(servers).unwrap_or(0)))
                 .collect(),
-            u64::try_from(total.unwrap_or(0)).unwrap_or(0),
+            total,
         ))
     }
 
@@ -100,7 +105,7 @@ impl ServerRepo {
         only: Option<&[Uuid]>,
         offset: u64,
         limit: u64,
-    ) -> Result<(Vec<McpServer>, u64), StoreError> {
+    ) -> Result<(Vec<McpServer>, Counted), StoreError> {
         use sea_orm::QuerySelect;
         let mut condition = Condition::all();
         if let Some(only) = only {
@@ -115,7 +120,15 @@ impl ServerRepo {
             );
         }
         let query = mcp_server::Entity::find().filter(condition);
-        let total = query.clone().count(self.db.reader()?).await?;
+        let total = count_capped(
+            self.db.reader()?,
+            query
+                .clone()
+                .select_only()
+                .column(mcp_server::Column::Id)
+                .into_query(),
+        )
+        .await?;
         let servers = query
             .order_by_asc(mcp_server::Column::UserId)
             .order_by_asc(mcp_server::Column::Name)

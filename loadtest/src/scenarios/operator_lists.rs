@@ -185,13 +185,11 @@ async fn seed_audit(store: &Store, rows: usize, users: usize) -> Result<()> {
         entry.arguments = Some(format!("{{\"n\":{i}}}"));
         batch.push(entry);
         if batch.len() == SEED_BATCH {
-            store
-                .audit()
-                .record_many(std::mem::take(&mut batch))
-                .await?;
+            store.audit().record_many(&batch).await?;
+            batch.clear();
         }
     }
-    store.audit().record_many(batch).await?;
+    store.audit().record_many(&batch).await?;
     Ok(())
 }
 

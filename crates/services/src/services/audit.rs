@@ -35,8 +35,11 @@ use crate::domain::{CallOrigin, InstanceId, McpServer, ToolCallStatus, UserId};
 use crate::error::Error;
 use crate::store::{AuditEntry, AuditOutcome, Store, StoreError};
 
-/// Rows per insert statement.
-const BATCH: usize = 500;
+/// Rows per insert statement, largest first: a flush of any number of rows is a few
+/// statements of these sizes, so the database prepares at most this many texts.
+const BATCHES: [usize; 10] = [500, 256, 128, 64, 32, 16, 8, 4, 2, 1];
+/// Rows in the open journal that wake the flusher before its time.
+const BATCH: usize = BATCHES[0];
 /// Rows kept in memory when the journal cannot take them (its disk full): past this the
 /// oldest go, said in the log.
 const MEMORY_CAP: usize = 100_000;
@@ -244,13 +247,20 @@ impl AuditTrail {
     /// beside the journal, and the log): one bad row never holds up the others.
     async fn insert(&self, rows: Vec<AuditEntry>) -> Result<(), StoreError> {
         let audit = self.inner.store.audit();
-        for batch in rows.chunks(BATCH) {
-            match audit.record_many(batch.to_vec()).await {
+        let mut rest = &rows[..];
+        while !rest.is_empty() {
+            let size = BATCHES
+                .into_iter()
+                .find(|size| *size <= rest.len())
+                .unwrap_or(1);
+            let (batch, after) = rest.split_at(size);
+            rest = after;
+            match audit.record_many(batch).await {
                 Ok(()) => {}
                 Err(error @ StoreError::Unavailable(_)) => return Err(error),
                 Err(_) => {
                     for row in batch {
-                        match audit.record_many(vec![row.clone()]).await {
+                        match audit.record_many(std::slice::from_ref(row)).await {
                             Ok(()) => {}
                             Err(error @ StoreError::Unavailable(_)) => return Err(error),
                             Err(error) => self.reject(row, &error),
@@ -730,6 +740,14 @@ const MAX_STRING_CHARS: usize = 256;
 const REDACTED: &str = "[redacted]";
 
 fn is_secret_key(key: &str) -> bool {
+    // Every call's argument names pass here: the usual lower-case ASCII name is compared
+    // as it is; only others are folded into a copy first.
+    if key
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        return SECRET_KEYS.iter().any(|secret| key.contains(secret));
+    }
     let key: String = key
         .chars()
         .filter(|c| *c != '-' && *c != '_')

@@ -38,6 +38,8 @@ pub struct Page<T> {
     pub page: u64,
     pub page_size: u64,
     pub total: u64,
+    /// There are more rows than `total`: counting stopped at the store's `COUNT_CAP`.
+    pub total_capped: bool,
 }
 
 /// A page of the audit log.
@@ -270,7 +272,8 @@ impl OperatorService {
             rows,
             page,
             page_size,
-            total,
+            total: total.total,
+            total_capped: total.capped,
         })
     }
 
@@ -329,7 +332,8 @@ impl OperatorService {
             rows,
             page,
             page_size,
-            total,
+            total: total.total,
+            total_capped: total.capped,
         })
     }
 
@@ -346,6 +350,7 @@ impl OperatorService {
             page,
             page_size,
             total,
+            total_capped: false,
         })
     }
 
@@ -362,7 +367,8 @@ impl OperatorService {
             rows,
             page,
             page_size,
-            total,
+            total: total.total,
+            total_capped: total.capped,
         })
     }
 

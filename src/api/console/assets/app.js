@@ -87,14 +87,26 @@ function useFieldFollowing(value) {
   return [field, setField];
 }
 
+/** How many rows a page of any list came back with. */
+function rowsOn(result) {
+  const rows = result.users || result.servers || result.calls || result.entries || [];
+  return rows.length;
+}
+
 /** Previous/next for a server-side page; `go(page)` changes the address. */
 function Pager({ result, go, label }) {
   if (!result) return null;
   const pages = Math.max(1, Math.ceil(result.total / result.pageSize));
+  // A capped count (more than the service counts) says "at least": pages go on while
+  // they come back full.
+  const more = result.totalCapped ? '+' : '';
+  const last = result.totalCapped
+    ? (result.page + 1) * result.pageSize > result.total && rowsOn(result) < result.pageSize
+    : result.page + 1 >= pages;
   return html`<div class="pager">
     <button type="button" disabled=${result.page === 0} onClick=${() => go(result.page - 1)}>Previous page</button>
-    <span aria-live="polite" data-testid=${`${label}-page`}>Page ${result.page + 1} of ${pages} · ${result.total} ${label}</span>
-    <button type="button" disabled=${result.page + 1 >= pages} onClick=${() => go(result.page + 1)}>Next page</button>
+    <span aria-live="polite" data-testid=${`${label}-page`}>Page ${result.page + 1} of ${pages}${more} · ${result.total.toLocaleString('en')}${more} ${label}</span>
+    <button type="button" disabled=${last} onClick=${() => go(result.page + 1)}>Next page</button>
   </div>`;
 }
 
