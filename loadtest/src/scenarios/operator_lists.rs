@@ -142,7 +142,10 @@ async fn settle_statistics(url: &str) -> Result<()> {
 /// Drops the database [`fresh_database`] made (a million rows are not left behind).
 async fn drop_database(server: &str, url: &str) -> Result<()> {
     use sea_orm::ConnectionTrait;
-    let name = reqwest::Url::parse(url)?.path().trim_start_matches('/').to_owned();
+    let name = reqwest::Url::parse(url)?
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
     let admin = sea_orm::Database::connect(server).await?;
     admin
         .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
