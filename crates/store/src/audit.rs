@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseBackend,
-    DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DatabaseTransaction, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement,
 };
 use uuid::Uuid;
 
@@ -102,36 +102,9 @@ impl AuditEntry {
         }
     }
 
-    /// The row as the table takes it: every text within its column's width and without
-    /// NUL (which PostgreSQL refuses), so no caller-chosen name or upstream text can make
-    /// the database refuse a row.
-    fn into_model(self) -> audit_entry::ActiveModel {
-        let fit = |text: String, max: usize| fit(text, Some(max));
-        let fit_opt = |text: Option<String>, max: usize| text.map(|t| fit(t, max));
-        let clean = |text: Option<String>| text.map(|t| self::fit(t, None));
-        audit_entry::ActiveModel {
-            id: Set(self.id),
-            user_id: Set(fit(self.user_id, 128)),
-            mcp_server_id: Set(self.server_id),
-            server_name: Set(fit(self.server_name, 256)),
-            tool_name: Set(fit(self.tool_name, 256)),
-            message_id: Set(self.message_id),
-            status: Set(fit(self.outcome, 16)),
-            error_code: Set(fit_opt(self.error_code, 64)),
-            latency_ms: Set(self.latency_ms),
-            decided_by: Set(fit_opt(self.decided_by, 64)),
-            created_at: Set(self.created_at),
-            via: Set(fit_opt(self.via, 16)),
-            key_id: Set(fit_opt(self.key_id, 64)),
-            by_admin: Set(self.by_admin),
-            instance_id: Set(self.instance_id),
-            arguments: Set(clean(self.arguments)),
-            result: Set(clean(self.result)),
-            error_message: Set(clean(self.error_message)),
-        }
-    }
-
-    /// The row's fields in [`COLUMNS`] order, fitted as [`Self::into_model`] fits them.
+    /// The row's fields in [`COLUMNS`] order, as the table takes them: every text within
+    /// its column's width and without NUL (which PostgreSQL refuses), so no caller-chosen
+    /// name or upstream text can make the database refuse a row.
     fn bind(&self, values: &mut Vec<sea_orm::Value>) {
         let fit_ref = |text: &str, max: Option<usize>| fit(text.to_owned(), max);
         let opt = |text: &Option<String>, max: Option<usize>| -> sea_orm::Value {
@@ -209,27 +182,30 @@ const COLUMNS: [&str; 18] = [
     "error_message",
 ];
 
-/// `INSERT … ON CONFLICT (id) DO NOTHING` of `rows` rows; the text of a full batch is
-/// made once per backend.
-fn insert_sql(backend: DatabaseBackend, rows: usize) -> String {
+/// `INSERT … ON CONFLICT (id) DO NOTHING` of `entries`: the same text for the same
+/// number of rows.
+fn insert_statement(backend: DatabaseBackend, entries: &[AuditEntry]) -> Statement {
+    use std::fmt::Write;
     let mut sql = format!("INSERT INTO audit_log ({}) VALUES ", COLUMNS.join(", "));
-    let mut n = 0;
-    for row in 0..rows {
+    let mut values: Vec<sea_orm::Value> = Vec::with_capacity(entries.len() * COLUMNS.len());
+    for (row, entry) in entries.iter().enumerate() {
         sql.push_str(if row == 0 { "(" } else { ", (" });
         for column in 0..COLUMNS.len() {
             if column > 0 {
                 sql.push_str(", ");
             }
-            n += 1;
             match backend {
-                DatabaseBackend::Postgres => sql.push_str(&format!("${n}")),
+                DatabaseBackend::Postgres => {
+                    let _ = write!(sql, "${}", row * COLUMNS.len() + column + 1);
+                }
                 _ => sql.push('?'),
             }
         }
         sql.push(')');
+        entry.bind(&mut values);
     }
     sql.push_str(" ON CONFLICT (id) DO NOTHING");
-    sql
+    Statement::from_sql_and_values(backend, sql, values)
 }
 
 /// `text` without NUL characters, cut to `max_chars` characters when given.
@@ -303,28 +279,31 @@ impl AuditRepo {
         Self { db }
     }
 
-    /// Appends the row; on the SQLite file in a transaction it may share with other
-    /// writes queued at the same moment (see `group_commit`).
+    /// Appends the row (skipped if its id is there already); on the SQLite file in a
+    /// transaction it may share with other writes queued at the same moment (see
+    /// `group_commit`).
     pub async fn record(&self, entry: AuditEntry) -> Result<(), StoreError> {
-        let row = entry.into_model();
         if self.db.grouped_writes.is_grouped() {
-            self.db.grouped_writes.apply(AuditWrite(row)).await?;
+            self.db.grouped_writes.apply(AuditWrite(entry)).await?;
         } else {
             // Alone, one statement needs no transaction of its own.
-            audit_entry::Entity::insert(row)
-                .exec_without_returning(self.db.writer()?)
-                .await?;
+            let db = self.db.writer()?;
+            db.execute_raw(insert_statement(
+                db.get_database_backend(),
+                std::slice::from_ref(&entry),
+            ))
+            .await?;
         }
         Ok(())
     }
 
-    /// Appends rows in one statement; a row whose id is there already is skipped (a
-    /// journal replayed after a crash writes each row once).
+    /// Appends rows, up to [`MAX_ROWS_PER_STATEMENT`] per statement; a row whose id is
+    /// there already is skipped (a journal replayed after a crash writes each row once).
     ///
     /// Every call writes a row, so this is the audit's cost in the database: the
-    /// statement's text is the same for every batch of a size (the driver prepares it
-    /// once), and each row's fields are bound as they are, fitted, without building an
-    /// entity first.
+    /// statement's text is the same for every batch of a size (the driver's statement
+    /// cache prepares it once), and each row's fields are bound as they are, fitted,
+    /// without building an entity first.
     pub async fn record_many(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
@@ -332,13 +311,7 @@ impl AuditRepo {
         let db = self.db.writer()?;
         let backend = db.get_database_backend();
         for entries in entries.chunks(MAX_ROWS_PER_STATEMENT) {
-            let mut values: Vec<sea_orm::Value> = Vec::with_capacity(entries.len() * COLUMNS.len());
-            for entry in entries {
-                entry.bind(&mut values);
-            }
-            let sql = insert_sql(backend, entries.len());
-            db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-                .await?;
+            db.execute_raw(insert_statement(backend, entries)).await?;
         }
         Ok(())
     }
@@ -437,7 +410,7 @@ impl AuditRepo {
 }
 
 /// An audit row to append.
-struct AuditWrite(audit_entry::ActiveModel);
+struct AuditWrite(AuditEntry);
 
 impl GroupedWrite for AuditWrite {
     fn apply<'a>(
@@ -445,9 +418,11 @@ impl GroupedWrite for AuditWrite {
         txn: &'a DatabaseTransaction,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            audit_entry::Entity::insert(self.0.clone())
-                .exec_without_returning(txn)
-                .await?;
+            txn.execute_raw(insert_statement(
+                txn.get_database_backend(),
+                std::slice::from_ref(&self.0),
+            ))
+            .await?;
             Ok(true)
         })
     }
