@@ -73,7 +73,21 @@ test('a connection appears live when a call is made through the REST API', async
   // Start from no connection of the user's fixture.
   const stopped = await api('DELETE', `/admin/connections/${USER}/${SERVER}`);
   assert.ok([204, 404].includes(stopped.status), JSON.stringify(stopped));
+  // On a busy machine the page's event stream may open only after the call below, and
+  // its first list (read before the call) arrive after it: both are held here until the
+  // call is done, so the page must catch up on what it missed (CI failed this way once).
+  let release;
+  const called = new Promise((resolve) => { release = resolve; });
+  const hold = async (route) => { await called; await route.continue(); };
+  const stale = async (route) => {
+    const response = await route.fetch();
+    await called;
+    await route.fulfill({ response });
+  };
+  await page.route('**/admin/events', hold);
+  await page.route('**/admin/connections', stale);
   await go('connections');
+  await page.reload();
   await page.getByRole('table', { name: 'Live connections' }).waitFor();
   await page.getByLabel('User').fill(USER);
   assert.equal(await row(USER, SERVER).count(), 0);
@@ -81,8 +95,11 @@ test('a connection appears live when a call is made through the REST API', async
   const call = await api('POST', `/api/mcp-servers/${SERVER}/tools/echo/call`,
     { key: SERVICE_KEY, user: USER, body: { arguments: { text: 'hello' } } });
   assert.equal(call.status, 200, JSON.stringify(call));
-  // No reload: the row comes over /admin/events.
+  release();
+  // No reload by the operator: the row comes over /admin/events or the catch-up.
   await row(USER, SERVER).and(page.locator('[data-state="connected"]')).waitFor({ timeout: 10_000 });
+  await page.unroute('**/admin/events', hold);
+  await page.unroute('**/admin/connections', stale);
   assert.match(await row(USER, SERVER).innerText(), /fx/);
   await screenshot(page, '03-connections');
 });

@@ -219,7 +219,12 @@ const live = {
         for (const listener of this.listeners.get(name) || []) listener(data);
       });
     }
-    source.onopen = () => this.setStatus('live');
+    source.onopen = () => {
+      this.setStatus('live');
+      // What happened before the stream (re)opened was never sent on it: views that
+      // keep a list reload it.
+      for (const listener of this.listeners.get('stream.open') || []) listener(null);
+    };
     source.onerror = () => {
       this.setStatus('reconnecting');
       // A stream refused because the session ended (expired, key revoked) signs out
@@ -412,17 +417,29 @@ function Connections() {
   const [notice, setNotice] = useState(null);
   const [filter, setFilter] = useState({ user: '', server: '', state: '' });
   const now = useNow(5000);
-  const load = useCallback(() => api('GET', '/admin/connections').then((body) => {
-    setRows(new Map(body.connections.map((c) => [connectionKey(c), c])));
-  }, setError), []);
+  // A list read while events arrive must not undo them: the events seen since the
+  // latest read began are applied again to its answer, and an older read's answer that
+  // comes after a newer one began is dropped.
+  const reads = useRef({ latest: 0, seen: [] });
+  const change = (apply) => {
+    reads.current.seen.push(apply);
+    setRows((old) => { const next = new Map(old); apply(next); return next; });
+  };
+  const load = useCallback(() => {
+    const read = ++reads.current.latest;
+    reads.current.seen = [];
+    return api('GET', '/admin/connections').then((body) => {
+      if (read !== reads.current.latest) return;
+      const next = new Map(body.connections.map((c) => [connectionKey(c), c]));
+      for (const apply of reads.current.seen) apply(next);
+      setRows(next);
+    }, setError);
+  }, []);
   useEffect(() => { load(); }, [load]);
-  useLive('connection', (c) => setRows((old) => new Map(old).set(connectionKey(c), c)), []);
-  useLive('connection.removed', (c) => setRows((old) => {
-    const next = new Map(old);
-    next.delete(connectionKey(c));
-    return next;
-  }), []);
+  useLive('connection', (c) => change((rows) => rows.set(connectionKey(c), c)), []);
+  useLive('connection.removed', (c) => change((rows) => rows.delete(connectionKey(c))), []);
   useLive('stream.lagged', () => load(), [load]);
+  useLive('stream.open', () => load(), [load]);
   const act = async (label, method, path) => {
     setError(null);
     setNotice(null);
