@@ -44,7 +44,15 @@ fn tool_in_format(format: &str, tool: &AssistantTool) -> Value {
         "anthropic" => {
             json!({"name": tool.name, "description": description, "input_schema": schema})
         }
-        _ => json!({"name": tool.name, "description": description, "inputSchema": schema}),
+        // The tool as its server declared it (every field, in its order), named as the
+        // model will call it.
+        _ => {
+            let mut declared = serde_json::to_value(&tool.tool).unwrap_or_else(|_| json!({}));
+            if let Some(fields) = declared.as_object_mut() {
+                fields.insert("name".into(), Value::String(tool.name.clone()));
+            }
+            declared
+        }
     }
 }
 

@@ -73,13 +73,13 @@ async fn connect(
     })))
 }
 
+/// A tool as its server declared it (every field, in its order), with the user's settings.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ToolView {
-    name: String,
+struct ToolView<'a> {
+    #[serde(flatten)]
+    declared: &'a rmcp::model::Tool,
     display_name: String,
-    description: Option<String>,
-    input_schema: Value,
     is_enabled: bool,
     is_auto_approve: bool,
 }
@@ -98,10 +98,8 @@ async fn tools(
         .tools
         .iter()
         .map(|tool| ToolView {
+            declared: tool,
             display_name: display_name(spec.name.as_str(), &tool.name),
-            name: tool.name.to_string(),
-            description: tool.description.as_ref().map(|d| d.to_string()),
-            input_schema: Value::Object((*tool.input_schema).clone()),
             is_enabled: !spec.disabled_tools.iter().any(|t| *t == tool.name),
             is_auto_approve: spec.auto_approve_tools.iter().any(|t| *t == tool.name),
         })

@@ -17,6 +17,7 @@ mod console_browser;
 mod elicitation;
 mod embedded;
 mod error_texts;
+mod fidelity;
 mod fixture_stdio;
 mod gateway;
 mod gateway_features;

@@ -2086,6 +2086,10 @@ pub struct ReadResourceResult {
     pub contents: Vec<ResourceContents>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl ReadResourceResult {
@@ -2097,6 +2101,7 @@ impl ReadResourceResult {
             cache_scope: None,
             contents,
             meta: None,
+            extra: Default::default(),
         }
     }
 
@@ -4113,15 +4118,6 @@ pub type ElicitRequest = Request<ElicitationCreateRequestMethod, ElicitRequestPa
 // TOOL EXECUTION RESULTS
 // =============================================================================
 
-/// Deserialize a field that is present on the wire as `Some`, even when its
-/// value is `null`. Combined with `#[serde(default)]`, an absent field stays `None`.
-fn deserialize_present_value<'de, D>(deserializer: D) -> Result<Option<Value>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    Value::deserialize(deserializer).map(Some)
-}
-
 /// The result of a tool call operation.
 ///
 /// Contains the content returned by the tool execution and an optional
@@ -4157,6 +4153,10 @@ pub struct CallToolResult {
     /// Optional protocol-level metadata for this result
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys, such as a trace id), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 // Custom Deserialize implementation that:
@@ -4173,20 +4173,124 @@ impl<'de> Deserialize<'de> for CallToolResult {
     where
         D: serde::Deserializer<'de>,
     {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
+        // mcp-pool: read by hand, not derived, so that fields rmcp does not know are kept
+        // (`extra`) without `#[serde(flatten)]`, which would buffer every result (a
+        // tool's answer is read on every call).
+        #[derive(Default)]
         struct Helper {
-            #[serde(default)]
             result_type: Option<ResultType>,
             content: Option<Vec<ContentBlock>>,
-            #[serde(default, deserialize_with = "deserialize_present_value")]
             structured_content: Option<Value>,
             is_error: Option<bool>,
-            #[serde(rename = "_meta")]
             meta: Option<MetaObject>,
+            extra: JsonObject,
         }
 
-        let helper = Helper::deserialize(deserializer)?;
+        /// A key of the result; only an unknown one is copied.
+        enum Field {
+            ResultType,
+            Content,
+            StructuredContent,
+            IsError,
+            Meta,
+            Other(String),
+        }
+
+        impl<'de> Deserialize<'de> for Field {
+            fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct FieldVisitor;
+
+                impl serde::de::Visitor<'_> for FieldVisitor {
+                    type Value = Field;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        formatter.write_str("a field name")
+                    }
+
+                    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Field, E> {
+                        Ok(match name {
+                            "resultType" => Field::ResultType,
+                            "content" => Field::Content,
+                            "structuredContent" => Field::StructuredContent,
+                            "isError" => Field::IsError,
+                            "_meta" => Field::Meta,
+                            other => Field::Other(other.to_owned()),
+                        })
+                    }
+                }
+
+                deserializer.deserialize_identifier(FieldVisitor)
+            }
+        }
+
+        struct HelperVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for HelperVisitor {
+            type Value = Helper;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("struct CallToolResult")
+            }
+
+            fn visit_map<A>(self, mut map: A) -> Result<Helper, A::Error>
+            where
+                A: serde::de::MapAccess<'de>,
+            {
+                fn once<T, E: serde::de::Error>(
+                    slot: &mut Option<T>,
+                    value: T,
+                    name: &'static str,
+                ) -> Result<(), E> {
+                    if slot.replace(value).is_some() {
+                        return Err(E::duplicate_field(name));
+                    }
+                    Ok(())
+                }
+                let mut helper = Helper::default();
+                while let Some(key) = map.next_key::<Field>()? {
+                    match key {
+                        // `null` is "absent" here, as the derived reading had it.
+                        Field::ResultType => {
+                            if let Some(value) = map.next_value::<Option<ResultType>>()? {
+                                once(&mut helper.result_type, value, "resultType")?;
+                            }
+                        }
+                        Field::Content => {
+                            if let Some(value) = map.next_value::<Option<Vec<ContentBlock>>>()? {
+                                once(&mut helper.content, value, "content")?;
+                            }
+                        }
+                        // An explicit `null` is kept apart from an absent field.
+                        Field::StructuredContent => {
+                            once(
+                                &mut helper.structured_content,
+                                map.next_value::<Value>()?,
+                                "structuredContent",
+                            )?;
+                        }
+                        Field::IsError => {
+                            if let Some(value) = map.next_value::<Option<bool>>()? {
+                                once(&mut helper.is_error, value, "isError")?;
+                            }
+                        }
+                        Field::Meta => {
+                            if let Some(value) = map.next_value::<Option<MetaObject>>()? {
+                                once(&mut helper.meta, value, "_meta")?;
+                            }
+                        }
+                        Field::Other(name) => {
+                            helper.extra.insert(name, map.next_value::<Value>()?);
+                        }
+                    }
+                }
+                Ok(helper)
+            }
+        }
+
+        let helper = deserializer.deserialize_map(HelperVisitor)?;
 
         if helper
             .result_type
@@ -4214,6 +4318,7 @@ impl<'de> Deserialize<'de> for CallToolResult {
             structured_content: helper.structured_content,
             is_error: helper.is_error,
             meta: helper.meta,
+            extra: helper.extra,
         })
     }
 }
@@ -4226,6 +4331,7 @@ impl Default for CallToolResult {
             structured_content: None,
             is_error: None,
             meta: None,
+            extra: Default::default(),
         }
     }
 }
@@ -4239,6 +4345,7 @@ impl CallToolResult {
             structured_content: None,
             is_error: Some(false),
             meta: None,
+            extra: Default::default(),
         }
     }
 
@@ -4297,6 +4404,7 @@ impl CallToolResult {
             structured_content: None,
             is_error: Some(true),
             meta: None,
+            extra: Default::default(),
         }
     }
     /// Create a successful tool result with structured content
@@ -4320,6 +4428,7 @@ impl CallToolResult {
             structured_content: Some(value),
             is_error: Some(false),
             meta: None,
+            extra: Default::default(),
         }
     }
     /// Create an error tool result with structured content
@@ -4347,6 +4456,7 @@ impl CallToolResult {
             structured_content: Some(value),
             is_error: Some(true),
             meta: None,
+            extra: Default::default(),
         }
     }
 
@@ -4548,6 +4658,10 @@ pub struct GetPromptResult {
     pub messages: Vec<PromptMessage>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl Default for GetPromptResult {
@@ -4564,6 +4678,7 @@ impl GetPromptResult {
             description: None,
             messages,
             meta: None,
+            extra: Default::default(),
         }
     }
 

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Annotations, ContentBlock, Icon, MetaObject, Role,
+    Annotations, ContentBlock, Icon, JsonObject, MetaObject, Role,
     content::{EmbeddedResource, TextContent},
     resource::ResourceContents,
 };
@@ -23,6 +23,10 @@ pub struct Prompt {
     pub icons: Option<Vec<Icon>>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl Prompt {
@@ -42,6 +46,7 @@ impl Prompt {
             arguments,
             icons: None,
             meta: None,
+            extra: Default::default(),
         }
     }
 
@@ -57,6 +62,7 @@ impl Prompt {
             arguments,
             icons: None,
             meta: None,
+            extra: Default::default(),
         }
     }
 

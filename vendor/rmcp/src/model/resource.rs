@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 
-use super::{Annotations, Icon, MetaObject};
+use super::{Annotations, Icon, JsonObject, MetaObject};
 
 /// A known resource that the server is capable of reading (spec `Resource`).
 ///
@@ -35,6 +35,10 @@ pub struct Resource {
     /// Optional annotations describing how the client should use this resource.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Annotations>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl Resource {
@@ -49,6 +53,7 @@ impl Resource {
             icons: None,
             meta: None,
             annotations: None,
+            extra: Default::default(),
         }
     }
 
@@ -116,6 +121,10 @@ pub struct ResourceTemplate {
     /// Optional annotations describing how the client should use this template.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Annotations>,
+    /// mcp-pool: the fields rmcp does not model (a vendor's keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl ResourceTemplate {
@@ -129,6 +138,7 @@ impl ResourceTemplate {
             icons: None,
             meta: None,
             annotations: None,
+            extra: Default::default(),
         }
     }
 

@@ -37,6 +37,10 @@ pub struct Tool {
     /// Optional additional metadata for this tool
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mcp-pool: the fields rmcp does not model (a 2025-11-25 `execution`, a vendor's `x-…` keys), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 /// Additional properties describing a Tool to clients.
@@ -89,6 +93,10 @@ pub struct ToolAnnotations {
     /// Default: true
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
+    /// mcp-pool: the fields rmcp does not model (hints a client or vendor defines, such as `category`), kept so that what a
+    /// server declared is passed on as it was written.
+    #[serde(flatten)]
+    pub extra: JsonObject,
 }
 
 impl ToolAnnotations {
@@ -110,6 +118,7 @@ impl ToolAnnotations {
             destructive_hint,
             idempotent_hint,
             open_world_hint,
+            extra: Default::default(),
         }
     }
 
@@ -175,6 +184,7 @@ impl Tool {
             annotations: None,
             icons: None,
             meta: None,
+            extra: Default::default(),
         }
     }
 
@@ -197,6 +207,7 @@ impl Tool {
             annotations: None,
             icons: None,
             meta: None,
+            extra: Default::default(),
         }
     }
 

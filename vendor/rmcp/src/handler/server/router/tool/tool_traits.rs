@@ -110,6 +110,7 @@ pub(crate) fn tool_attribute<T: ToolBase>() -> crate::model::Tool {
         annotations: T::annotations(),
         icons: T::icons(),
         meta: T::meta(),
+        extra: Default::default(),
     }
 }
 
