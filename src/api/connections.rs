@@ -54,6 +54,29 @@ pub struct ConnectionView {
     /// why in words when it failed).
     #[schema(value_type = Vec<Object>)]
     history: Vec<Value>,
+    /// A connected stdio server's processes now, in its process group or not (what
+    /// `pool.max_stdio_processes` counts); only in the list, absent for other servers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<usize>,
+    /// Their resident memory (RSS) in bytes; only in the list, absent for other servers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bytes: Option<u64>,
+    #[serde(skip)]
+    process_group: Option<i32>,
+}
+
+impl ConnectionView {
+    /// With what its stdio server runs, when it is one.
+    fn with_usage(
+        mut self,
+        usage: &std::collections::BTreeMap<i32, crate::mcp::GroupUsage>,
+    ) -> Self {
+        if let Some(now) = self.process_group.and_then(|group| usage.get(&group)) {
+            self.processes = Some(now.processes);
+            self.memory_bytes = Some(now.memory_bytes);
+        }
+        self
+    }
 }
 
 impl From<ConnectionInfo> for ConnectionView {
@@ -78,6 +101,9 @@ impl From<ConnectionInfo> for ConnectionView {
                 .iter()
                 .map(|change| json!({"state": change.state.as_str(), "at": change.at, "cause": change.cause}))
                 .collect(),
+            processes: None,
+            memory_bytes: None,
+            process_group: status.process_group,
         }
     }
 }
@@ -100,6 +126,7 @@ async fn list(
     _admin: AdminContext,
     Query(query): Query<ListQuery>,
 ) -> JsonResponse<Value> {
+    let usage = state.services.upstream.process_usage();
     let connections: Vec<ConnectionView> = state
         .services
         .upstream
@@ -117,7 +144,7 @@ async fn list(
                 .as_deref()
                 .is_none_or(|s| c.status.state.as_str() == s)
         })
-        .map(ConnectionView::from)
+        .map(|info| ConnectionView::from(info).with_usage(&usage))
         .collect();
     JsonResponse(json!({ "count": connections.len(), "connections": connections }))
 }

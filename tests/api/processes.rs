@@ -1,5 +1,6 @@
-//! A stdio server is a process group: whatever it starts beneath it (as npx and uvx do)
-//! ends with it on every kind of stop, even a SIGKILL of the service; and an answer
+//! A stdio server is a process group and every process it starts, in the group (as npx
+//! and uvx do) or out of it (a browser in a session of its own): all of them are counted
+//! and end with it on every kind of stop, even a SIGKILL of the service; and an answer
 //! over the size limit fails its call at once instead of hanging until the timeout.
 
 use std::time::Duration;
@@ -11,13 +12,27 @@ use crate::helpers::{TestApp, spawn_pool_app_with};
 use crate::logging::start_binary;
 use crate::upstreams::{eventually, fixture_binary};
 
+/// How a launcher's extra process is started.
+#[derive(Clone, Copy)]
+enum Sleeper {
+    /// In the server's process group, as npx and uvx leave theirs.
+    InGroup,
+    /// In a session (and group) of its own, as Playwright and Chrome DevTools start
+    /// Chromium: out of reach of the group's signals.
+    OwnSession,
+}
+
 /// A preset whose server is a shell that leaves a `sleep <tag>` behind it and then
 /// becomes the fixture: the shape of an npx/uvx launcher.
-fn launcher_preset(tag: u32) -> Value {
+fn launcher_preset(tag: u32, sleeper: Sleeper) -> Value {
+    let start = match sleeper {
+        Sleeper::InGroup => "sleep",
+        Sleeper::OwnSession => "setsid sleep",
+    };
     json!({
         "name": format!("launcher{tag}"),
         "command": "/bin/sh",
-        "args": ["-c", format!("sleep {tag} & exec {} stdio", fixture_binary())],
+        "args": ["-c", format!("{start} {tag} & exec {} stdio", fixture_binary())],
     })
 }
 
@@ -67,10 +82,19 @@ async fn running_launcher(app: &TestApp, user: &str, tag: u32) -> String {
 
 #[tokio::test]
 async fn every_stop_ends_the_whole_process_group() {
+    every_stop_ends(Sleeper::InGroup).await;
+}
+
+#[tokio::test]
+async fn every_stop_ends_a_process_that_left_the_group() {
+    every_stop_ends(Sleeper::OwnSession).await;
+}
+
+async fn every_stop_ends(sleeper: Sleeper) {
     let tags = [unique_tag(), unique_tag(), unique_tag()];
     let app = spawn_pool_app_with(|_| {}).await;
     for (user, tag) in ["stopped", "deleted", "at-shutdown"].iter().zip(tags) {
-        app.create_preset_ok(launcher_preset(tag)).await;
+        app.create_preset_ok(launcher_preset(tag, sleeper)).await;
         running_launcher(&app, user, tag).await;
     }
     let ids: Vec<String> = futures::future::join_all(["stopped", "deleted"].map(|user| async {
@@ -82,6 +106,18 @@ async fn every_stop_ends_the_whole_process_group() {
             .to_owned()
     }))
     .await;
+
+    // Counted with its server, and its memory too.
+    let ours = app.connections().await;
+    let stopped = ours
+        .iter()
+        .find(|c| c["serverId"] == ids[0].as_str())
+        .expect("the connection is listed");
+    assert_eq!(stopped["processes"], 2, "{stopped}");
+    assert!(
+        stopped["memoryBytes"].as_u64().unwrap_or(0) > 0,
+        "{stopped}"
+    );
 
     let stop = app
         .admin(
@@ -111,19 +147,37 @@ async fn every_stop_ends_the_whole_process_group() {
 
 #[tokio::test]
 async fn an_idle_reap_ends_the_whole_process_group() {
+    an_idle_reap_ends(Sleeper::InGroup).await;
+}
+
+#[tokio::test]
+async fn an_idle_reap_ends_a_process_that_left_the_group() {
+    an_idle_reap_ends(Sleeper::OwnSession).await;
+}
+
+async fn an_idle_reap_ends(sleeper: Sleeper) {
     let tag = unique_tag();
     let app = spawn_pool_app_with(|s| s.pool.idle_timeout_secs = 1).await;
-    app.create_preset_ok(launcher_preset(tag)).await;
+    app.create_preset_ok(launcher_preset(tag, sleeper)).await;
     running_launcher(&app, "u", tag).await;
     no_sleepers_left(tag).await;
 }
 
 #[tokio::test]
 async fn a_launchers_children_count_against_the_process_limit() {
+    a_launchers_children_count(Sleeper::InGroup).await;
+}
+
+#[tokio::test]
+async fn a_process_that_left_the_group_counts_against_the_process_limit() {
+    a_launchers_children_count(Sleeper::OwnSession).await;
+}
+
+async fn a_launchers_children_count(sleeper: Sleeper) {
     let tag = unique_tag();
     // Two processes per launcher: the first fills a limit of two.
     let app = spawn_pool_app_with(|s| s.pool.max_stdio_processes = 2).await;
-    app.create_preset_ok(launcher_preset(tag)).await;
+    app.create_preset_ok(launcher_preset(tag, sleeper)).await;
     running_launcher(&app, "first", tag).await;
     let id = app
         .create_server_ok(
@@ -143,6 +197,15 @@ async fn a_launchers_children_count_against_the_process_limit() {
 
 #[tokio::test]
 async fn stdio_servers_do_not_survive_a_sigkill_of_the_service() {
+    a_sigkill_of_the_service_ends(Sleeper::InGroup).await;
+}
+
+#[tokio::test]
+async fn a_process_that_left_the_group_does_not_survive_a_sigkill_of_the_service() {
+    a_sigkill_of_the_service_ends(Sleeper::OwnSession).await;
+}
+
+async fn a_sigkill_of_the_service_ends(sleeper: Sleeper) {
     let tag = unique_tag();
     let binary = start_binary(&[]).await;
     let client = reqwest::Client::new();
@@ -150,7 +213,7 @@ async fn stdio_servers_do_not_survive_a_sigkill_of_the_service() {
     let preset = client
         .post(format!("{}/admin/presets", binary.base))
         .bearer_auth(admin_key)
-        .json(&launcher_preset(tag))
+        .json(&launcher_preset(tag, sleeper))
         .send()
         .await
         .unwrap();
@@ -180,6 +243,20 @@ async fn stdio_servers_do_not_survive_a_sigkill_of_the_service() {
         .unwrap();
     assert_eq!(call.status(), StatusCode::OK);
     assert_eq!(sleepers(tag), 1);
+    // Once the service has seen all of the server's processes (it looks every second).
+    eventually("the service counts the server's two processes", || async {
+        let listed: Value = client
+            .get(format!("{}/admin/connections", binary.base))
+            .bearer_auth(admin_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed["connections"][0]["processes"] == 2
+    })
+    .await;
     let mut child = binary.child;
     child.start_kill().unwrap(); // SIGKILL: no shutdown code runs.
     child.wait().await.unwrap();

@@ -110,6 +110,11 @@ test('stopping it from the console ends its process', async () => {
   assert.equal(pid.status, 200, JSON.stringify(pid));
   const processId = Number(pid.body.content[0].text);
   assert.ok(await processAlive(processId), `the fixture ${processId} runs`);
+  // What it runs, read from /proc when the list is read.
+  await page.reload();
+  await page.getByLabel('User').fill(USER);
+  await row(USER, SERVER).getByTestId('memory').filter({ hasText: /^\d+\.\d MiB$/ }).waitFor();
+  assert.equal(await row(USER, SERVER).getByTestId('processes').innerText(), '1');
 
   // Stop asks first.
   page.once('dialog', (dialog) => dialog.accept());

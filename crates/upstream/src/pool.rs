@@ -127,6 +127,9 @@ pub struct ConnectionStatus {
     /// The last [`STATE_HISTORY`] changes of state, oldest first: why a connection broke
     /// and how often, without the service log.
     pub history: std::collections::VecDeque<StateChange>,
+    /// A connected stdio server's process group, to tell what it runs
+    /// ([`crate::mcp::group_usage`]).
+    pub process_group: Option<i32>,
 }
 
 /// How many state changes a connection keeps.
@@ -150,6 +153,7 @@ impl ConnectionStatus {
             server_name: None,
             server_version: None,
             history: std::collections::VecDeque::new(),
+            process_group: None,
         }
     }
 }

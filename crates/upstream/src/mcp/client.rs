@@ -119,6 +119,8 @@ pub struct McpClient {
     challenges: ChallengeSlot,
     /// A 2026-07-28 server's notices (it has no session stream).
     changes: Option<super::listen::ChangeListener>,
+    /// A stdio server's process group.
+    process_group: Option<i32>,
 }
 
 /// Sends `notifications/cancelled` if the request is abandoned (its caller went away)
@@ -149,12 +151,19 @@ impl McpClient {
         service: RunningService<RoleClient, PoolClientHandler>,
         challenges: ChallengeSlot,
         changes: Option<super::listen::ChangeListener>,
+        process_group: Option<i32>,
     ) -> Self {
         Self {
             service,
             challenges,
             changes,
+            process_group,
         }
+    }
+
+    /// A stdio server's process group (its leader's pid).
+    pub fn process_group(&self) -> Option<i32> {
+        self.process_group
     }
 
     pub fn server_info(&self) -> Option<Implementation> {

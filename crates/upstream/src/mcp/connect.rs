@@ -141,6 +141,8 @@ pub async fn connect(
     // rmcp's session task takes the span it was started in for its whole life: a root
     // span naming the connection, not the request that happened to open it.
     let session = tracing::info_span!(parent: None, "upstream_session", upstream = %spec.label);
+    // A stdio server's process group, once started (0: none).
+    let process_group = std::sync::atomic::AtomicI32::new(0);
     let attempt = async {
         match &spec.transport {
             UpstreamTransport::Stdio {
@@ -167,6 +169,7 @@ pub async fn connect(
                 })
                 .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
                 tracing::info!(upstream = %spec.label, pid = transport.pid(), "stdio server started");
+                process_group.store(transport.pid() as i32, std::sync::atomic::Ordering::Relaxed);
                 if let Some(stderr) = stderr {
                     let label = spec.label.clone();
                     tokio::spawn(async move {
@@ -275,7 +278,8 @@ pub async fn connect(
         }
     };
     let changes = super::listen::ChangeListener::start(&service, events, &spec.label);
-    Ok(McpClient::new(service, challenges, changes))
+    let process_group = Some(process_group.into_inner()).filter(|pgid| *pgid > 0);
+    Ok(McpClient::new(service, challenges, changes, process_group))
 }
 
 type ClientSession = rmcp::service::RunningService<rmcp::RoleClient, PoolClientHandler>;

@@ -4,16 +4,17 @@
 //! rmcp's `TokioChildProcess` is not used because of what it does with the process and
 //! with long lines:
 //! - every stop must end the whole group (npx and uvx servers are a shell or launcher
-//!   with the real server beneath it), TERM first and KILL after a grace, and nothing may
-//!   outlive the service even when it is killed with SIGKILL: a small watchdog process
-//!   (the [`GroupGuard`]) holds the list of live groups and kills them when the service's
-//!   end of its pipe closes;
+//!   with the real server beneath it), and every process that left it (a browser in a
+//!   session of its own, found by parentage: [`tree`]), TERM first and KILL after a
+//!   grace, and nothing may outlive the service even when it is killed with SIGKILL: a
+//!   small watchdog process (the [`GroupGuard`]) holds the list of live groups and kills
+//!   them when the service's end of its pipe closes;
 //! - a message over the size limit must fail the request it answers at once (rmcp drops
 //!   the line and the call hangs until its timeout), and a large message must not leave
 //!   its buffer behind (rmcp keeps the read buffer at its largest size for the life of
 //!   the connection: 16 MiB per connection after one big result).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -225,19 +226,51 @@ impl ChildGroup {
 const EOF_GRACE: Duration = Duration::from_millis(500);
 
 async fn end_group(pgid: i32, leader: &mut Child) {
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    // Read once more: what left the group since the last reading is ended too.
+    guard().survey();
+    let escaped = guard().escaped(pgid);
+    signal_all(pgid, &escaped, Signal::SIGTERM);
     let gone = async {
         let _ = leader.wait().await;
-        // Grandchildren are not ours to wait for: probe the group itself.
-        while group_alive(pgid) {
+        // Grandchildren are not ours to wait for: probe the group and the others.
+        while group_alive(pgid) || any_alive(&escaped) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     if tokio::time::timeout(TERM_GRACE, gone).await.is_err() {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        signal_all(pgid, &escaped, Signal::SIGKILL);
         let _ = leader.wait().await;
     }
     guard().remove(pgid);
+}
+
+/// `signal` to the group, to the groups its processes lead, and to each process that
+/// left it and is still the process that left (not a new one with its pid).
+fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
+    let _ = killpg(Pid::from_raw(pgid), signal);
+    for group in &escaped.groups {
+        let _ = killpg(Pid::from_raw(*group), signal);
+    }
+    if escaped.processes.is_empty() {
+        return;
+    }
+    let table = tree::ProcessTable::read();
+    for (pid, start) in &escaped.processes {
+        if table.is_same(*pid, *start) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(*pid), signal);
+        }
+    }
+}
+
+fn any_alive(escaped: &tree::Escaped) -> bool {
+    escaped.groups.iter().any(|group| group_alive(*group))
+        || (!escaped.processes.is_empty() && {
+            let table = tree::ProcessTable::read();
+            escaped
+                .processes
+                .iter()
+                .any(|(pid, start)| table.is_same(*pid, *start))
+        })
 }
 
 impl Drop for ChildGroup {
@@ -251,7 +284,7 @@ impl Drop for ChildGroup {
                 runtime.spawn(async move { end_group(pgid, &mut leader).await });
             }
             Err(_) => {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                signal_all(pgid, &guard().escaped(pgid), Signal::SIGKILL);
                 guard().remove(pgid);
             }
         }
@@ -263,26 +296,21 @@ fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None::<Signal>).is_ok()
 }
 
-/// Processes in the service's live stdio groups beyond their leaders (each leader is
-/// already counted as a connection): what `pool.max_stdio_processes` also counts.
+/// Processes of the service's live stdio servers beyond their leaders (each leader is
+/// already counted as a connection), in their groups or not: what
+/// `pool.max_stdio_processes` also counts.
 pub(crate) fn extra_group_processes() -> usize {
-    let groups = guard().live();
-    if groups.is_empty() {
-        return 0;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(|entry| {
-            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-            let after_comm = &stat[stat.rfind(')')? + 1..];
-            let pgrp: i32 = after_comm.split_whitespace().nth(2)?.parse().ok()?;
-            (groups.contains(&pgrp) && pgrp != pid).then_some(())
-        })
-        .count()
+    guard()
+        .survey()
+        .values()
+        .map(|usage| usage.processes.saturating_sub(1))
+        .sum()
+}
+
+/// What each live stdio server runs now, by its process group: processes and resident
+/// memory (a fresh reading of `/proc`).
+pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
+    guard().survey()
 }
 
 /// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
@@ -290,7 +318,9 @@ pub(crate) fn extra_group_processes() -> usize {
 /// was killed with SIGKILL) it kills every group still listed, then exits.
 pub(crate) struct GroupGuard {
     pipe: Mutex<Option<std::process::ChildStdin>>,
-    live: Mutex<BTreeSet<i32>>,
+    /// Each live group, with what left it.
+    live: Mutex<BTreeMap<i32, tree::Escaped>>,
+    page_bytes: u64,
 }
 
 const GUARD_SCRIPT: &str = r#"
@@ -332,9 +362,25 @@ pub fn guard() -> &'static GroupGuard {
                 None
             }
         };
+        // Processes that leave a group are found while their parent lives: look often.
+        let surveyor = std::thread::Builder::new()
+            .name("stdio-survey".into())
+            .spawn(|| {
+                loop {
+                    std::thread::sleep(tree::SURVEY_EVERY);
+                    let guard = guard();
+                    if !guard.live.lock().expect("guard list").is_empty() {
+                        guard.survey();
+                    }
+                }
+            });
+        if let Err(error) = surveyor {
+            tracing::warn!(%error, "stdio processes are surveyed only when counted or stopped");
+        }
         GroupGuard {
             pipe: Mutex::new(pipe),
-            live: Mutex::new(BTreeSet::new()),
+            live: Mutex::new(BTreeMap::new()),
+            page_bytes: tree::page_bytes(),
         }
     })
 }
@@ -347,18 +393,52 @@ impl GroupGuard {
         }
     }
 
+    // The watchdog is told while the list is locked, so that it hears of a group in the
+    // order the list changed (a survey's `+` never after the `-` of its server's end).
+
     fn add(&self, pgid: i32) {
-        self.live.lock().expect("guard list").insert(pgid);
+        let mut live = self.live.lock().expect("guard list");
+        live.insert(pgid, tree::Escaped::default());
         self.tell(format!("+{pgid}\n"));
     }
 
+    /// Forgets the group and the groups its processes led.
     fn remove(&self, pgid: i32) {
-        self.live.lock().expect("guard list").remove(&pgid);
-        self.tell(format!("-{pgid}\n"));
+        let mut live = self.live.lock().expect("guard list");
+        let groups = live.remove(&pgid).map(|e| e.groups).unwrap_or_default();
+        for group in std::iter::once(pgid).chain(groups) {
+            self.tell(format!("-{group}\n"));
+        }
     }
 
-    fn live(&self) -> BTreeSet<i32> {
-        self.live.lock().expect("guard list").clone()
+    /// What left the group, as last read.
+    fn escaped(&self, pgid: i32) -> tree::Escaped {
+        self.live
+            .lock()
+            .expect("guard list")
+            .get(&pgid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Reads `/proc` once: records what left each live group (listing the groups its
+    /// processes lead, so that a SIGKILL of the service ends them too) and tells what
+    /// each group's server runs.
+    fn survey(&self) -> BTreeMap<i32, GroupUsage> {
+        if self.live.lock().expect("guard list").is_empty() {
+            return BTreeMap::new();
+        }
+        let table = tree::ProcessTable::read();
+        let mut usage = BTreeMap::new();
+        let mut live = self.live.lock().expect("guard list");
+        for (pgid, escaped) in live.iter_mut() {
+            let (now, new_groups) = escaped.survey(*pgid, &table, self.page_bytes);
+            usage.insert(*pgid, now);
+            for group in new_groups {
+                self.tell(format!("+{group}\n"));
+            }
+        }
+        usage
     }
 }
 
@@ -565,8 +645,11 @@ fn parse_line(line: &[u8], calls: &PendingCalls) -> Option<RxJsonRpcMessage<Role
 /// Whether the guard lists a group (for tests).
 #[cfg(test)]
 pub(crate) fn guard_lists(pgid: i32) -> bool {
-    guard().live().contains(&pgid)
+    guard().live.lock().expect("guard list").contains_key(&pgid)
 }
 
 #[cfg(test)]
 mod tests;
+mod tree;
+
+pub use tree::GroupUsage;

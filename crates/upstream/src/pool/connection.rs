@@ -128,11 +128,13 @@ impl ConnectionStateData {
         if error.is_some() {
             status.last_error = error;
         }
+        status.process_group = None;
         if let (ConnectionState::Connected, Phase::Connected { client }) = (state, &self.phase) {
             status.connected_at = Some(crate::domain::now());
             let info = client.server_info();
             status.server_name = info.as_ref().map(|i| i.name.clone());
             status.server_version = info.map(|i| i.version);
+            status.process_group = client.process_group();
         }
         drop(status);
         self.activity.announce(&self.key);

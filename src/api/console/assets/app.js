@@ -407,6 +407,9 @@ function Overview() {
 
 // ---------------------------------------------------------------- connections
 
+/** Resident memory as an operator reads it. */
+const mebibytes = (bytes) => `${(bytes / 1048576).toFixed(1)} MiB`;
+
 const STATES = ['connected', 'connecting', 'disconnected', 'error', 'auth_required'];
 const connectionKey = (c) =>
   `${c.userId}\u0000${c.serverId}\u0000${c.scope || ''}\u0000${c.olderClients ? 'older' : ''}`;
@@ -436,7 +439,14 @@ function Connections() {
     }, setError);
   }, []);
   useEffect(() => { load(); }, [load]);
-  useLive('connection', (c) => change((rows) => rows.set(connectionKey(c), c)), []);
+  // An event does not read /proc: a connected row keeps the list's processes and memory
+  // until the next read.
+  useLive('connection', (c) => change((rows) => {
+    const before = rows.get(connectionKey(c));
+    const kept = before && c.state === 'connected'
+      ? { processes: before.processes, memoryBytes: before.memoryBytes } : {};
+    rows.set(connectionKey(c), { ...kept, ...c });
+  }), []);
   useLive('connection.removed', (c) => change((rows) => rows.delete(connectionKey(c))), []);
   useLive('stream.lagged', () => load(), [load]);
   useLive('stream.open', () => load(), [load]);
@@ -474,6 +484,7 @@ function Connections() {
     <div class="table-wrap"><table aria-label="Live connections">
       <thead><tr><th>User</th><th>Server</th><th class="hide-narrow">Transport</th><th>State</th>
         <th class="hide-narrow">Server info</th><th class="hide-narrow">Connected since</th><th>Idle for</th>
+        <th class="hide-narrow">Processes</th><th>Memory</th>
         <th>Last error</th><th class="actions">Actions</th></tr></thead>
       <tbody>${shown.map((c) => html`<tr key=${connectionKey(c)} data-user=${c.userId}
           data-server=${c.serverId} data-state=${c.state}>
@@ -486,6 +497,8 @@ function Connections() {
         <td class="hide-narrow">${c.serverInfo ? `${c.serverInfo.name} ${c.serverInfo.version || ''}` : '—'}</td>
         <td class="hide-narrow">${when(c.connectedAt)}</td>
         <td>${ago(c.lastActiveAt, now)}</td>
+        <td class="hide-narrow" data-testid="processes">${c.processes ?? '—'}</td>
+        <td data-testid="memory">${c.memoryBytes == null ? '—' : mebibytes(c.memoryBytes)}</td>
         <td>${c.lastError ? html`<span class="cause">${c.lastError}</span>` : '—'}</td>
         <td class="actions">
           <button type="button" aria-label=${`Refresh ${c.serverName} of ${c.userId}`}

@@ -107,6 +107,13 @@ impl UpstreamService {
         self.pool.connections()
     }
 
+    /// What each connected stdio server runs now, by its process group (the status's
+    /// `process_group`): processes in its group or not, and their resident memory. Reads
+    /// `/proc`, so the admin's list asks, not each event.
+    pub fn process_usage(&self) -> std::collections::BTreeMap<i32, crate::mcp::GroupUsage> {
+        crate::mcp::group_usage()
+    }
+
     /// The user's shared connection to `server` on this instance, if one is live.
     pub fn connection_of(&self, user: &UserId, server: Uuid) -> Option<ConnectionInfo> {
         self.pool
