@@ -293,13 +293,14 @@ impl GatewayService {
                 origin: principal.origin(),
                 ..caller
             };
-            let call = self.upstream_for(principal).call_tool_reporting(
+            // Boxed, so that this future (copied into the gateway handler's box) stays small.
+            let call = Box::pin(self.upstream_for(principal).call_tool_reporting(
                 &principal.user,
                 &server_id,
                 &tool.tool.name,
                 arguments,
                 caller,
-            );
+            ));
             return tokio::select! {
                 report = call => Ok(match report?.outcome {
                     // A 2026-07-28 upstream's question, for the client to answer.

@@ -345,21 +345,21 @@ impl UpstreamService {
         let downstream = downstream.or_else(|| {
             (server.user_id != UserId::global()).then(|| self.elicitations.for_user(server))
         });
-        let outcome = lease
-            .client
-            .call_tool_reporting(
-                tool,
-                Some(arguments),
-                call_timeout,
-                max_total,
-                crate::mcp::CallPeers {
-                    live,
-                    downstream,
-                    relayed,
-                },
-            )
-            .await
-            .inspect_err(|e| self.pool.report(lease, e))?;
+        // Boxed: the call's future holds the request and its answer (JSON values, 80 bytes
+        // each with `preserve_order`), and each caller above would copy it into its own.
+        let outcome = Box::pin(lease.client.call_tool_reporting(
+            tool,
+            Some(arguments),
+            call_timeout,
+            max_total,
+            crate::mcp::CallPeers {
+                live,
+                downstream,
+                relayed,
+            },
+        ))
+        .await
+        .inspect_err(|e| self.pool.report(lease, e))?;
         Ok(outcome)
     }
 }
