@@ -76,7 +76,12 @@ async fn running_launcher(app: &TestApp, user: &str, tag: u32) -> String {
         .await;
     let echo = app.call(user, &id, "echo", json!({"text": "hi"})).await;
     assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
-    assert_eq!(sleepers(tag), 1, "the launcher left its sleeper running");
+    // Started in the background before the fixture: it may still be on its way to
+    // `sleep` (through `setsid`) when the first call is answered.
+    eventually("the launcher's sleeper runs", || async {
+        sleepers(tag) == 1
+    })
+    .await;
     id
 }
 
@@ -242,7 +247,10 @@ async fn a_sigkill_of_the_service_ends(sleeper: Sleeper) {
         .await
         .unwrap();
     assert_eq!(call.status(), StatusCode::OK);
-    assert_eq!(sleepers(tag), 1);
+    eventually("the launcher's sleeper runs", || async {
+        sleepers(tag) == 1
+    })
+    .await;
     // Once the service has seen all of the server's processes (it looks every second).
     eventually("the service counts the server's two processes", || async {
         let listed: Value = client
