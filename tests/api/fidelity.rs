@@ -4,12 +4,11 @@
 //! `execution`, and fields no spec revision defines. The pool must not reorder or drop any
 //! of it, through REST (every tool format) and the gateway.
 
-use std::path::PathBuf;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_pool_app};
+use crate::upstreams::sdk_script_path;
 
 /// The server's `inputSchema`, compact, exactly as it writes it.
 const ORDERED_SCHEMA: &str = r#"{"type":"object","required":["zeta","alpha"],"properties":{"zeta":{"type":"string","description":"Asked first on purpose"},"alpha":{"type":"integer","minimum":1,"description":"Then this"},"middle":{"type":"object","properties":{"yes":{"type":"boolean"},"no":{"type":"boolean"}}}},"additionalProperties":false}"#;
@@ -24,18 +23,11 @@ const TRACE: &str = r#""x-trace":{"span":"b7","at":2}"#;
 
 /// User `u` with the server as `declared`, bound to assistant `a1`: the app and its id.
 async fn declared_server() -> (TestApp, String) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams");
-    assert!(
-        script
-            .join("node_modules/@modelcontextprotocol/sdk")
-            .exists(),
-        "the MCP SDK is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
-    );
     let app = spawn_pool_app().await;
     app.create_preset_ok(json!({
         "name": "as-declared",
         "command": "node",
-        "args": [script.join("as_declared_server.mjs").display().to_string()],
+        "args": [sdk_script_path("as_declared_server.mjs")],
     }))
     .await;
     let server = app

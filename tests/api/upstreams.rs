@@ -84,6 +84,19 @@ pub fn everything_preset() -> Value {
     json!({"name": "everything", "command": "node", "args": [everything_script(), "stdio"]})
 }
 
+/// The path of a script of `tests/upstreams` built on the TypeScript SDK (checked to be
+/// installed).
+pub fn sdk_script_path(name: &str) -> String {
+    let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams");
+    assert!(
+        scripts
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .exists(),
+        "the MCP SDK is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
+    );
+    scripts.join(name).display().to_string()
+}
+
 /// An upstream HTTP server process, killed when dropped.
 pub struct HttpUpstream {
     pub base: String,
@@ -148,15 +161,8 @@ impl HttpUpstream {
 
     /// A script of `tests/upstreams` built on the TypeScript SDK, announcing its origin.
     async fn sdk_script(name: &str, env: &[(&str, &str)]) -> Self {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstreams");
-        assert!(
-            script
-                .join("node_modules/@modelcontextprotocol/sdk")
-                .exists(),
-            "the MCP SDK is not installed: run `npm ci --prefix tests/upstreams` (or .ci/run)"
-        );
         let mut child = Command::new("node")
-            .arg(script.join(name))
+            .arg(sdk_script_path(name))
             .env("PORT", "0")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())

@@ -251,12 +251,8 @@ fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
     for group in &escaped.groups {
         let _ = killpg(Pid::from_raw(*group), signal);
     }
-    if escaped.processes.is_empty() {
-        return;
-    }
-    let table = tree::ProcessTable::read();
     for (pid, start) in &escaped.processes {
-        if table.is_same(*pid, *start) {
+        if tree::is_running(*pid, *start) {
             let _ = nix::sys::signal::kill(Pid::from_raw(*pid), signal);
         }
     }
@@ -264,13 +260,10 @@ fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
 
 fn any_alive(escaped: &tree::Escaped) -> bool {
     escaped.groups.iter().any(|group| group_alive(*group))
-        || (!escaped.processes.is_empty() && {
-            let table = tree::ProcessTable::read();
-            escaped
-                .processes
-                .iter()
-                .any(|(pid, start)| table.is_same(*pid, *start))
-        })
+        || escaped
+            .processes
+            .iter()
+            .any(|(pid, start)| tree::is_running(*pid, *start))
 }
 
 impl Drop for ChildGroup {
@@ -368,10 +361,7 @@ pub fn guard() -> &'static GroupGuard {
             .spawn(|| {
                 loop {
                     std::thread::sleep(tree::SURVEY_EVERY);
-                    let guard = guard();
-                    if !guard.live.lock().expect("guard list").is_empty() {
-                        guard.survey();
-                    }
+                    guard().survey();
                 }
             });
         if let Err(error) = surveyor {

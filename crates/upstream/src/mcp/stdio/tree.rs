@@ -55,7 +55,7 @@ impl ProcessTable {
     }
 
     /// Whether `pid` is still the process that started at `start`.
-    pub(super) fn is_same(&self, pid: i32, start: u64) -> bool {
+    fn is_same(&self, pid: i32, start: u64) -> bool {
         self.processes.get(&pid).is_some_and(|p| p.start == start)
     }
 
@@ -75,6 +75,15 @@ impl ProcessTable {
             .filter(|p| groups.contains(&p.pgrp))
             .map(|p| p.pid)
     }
+}
+
+/// Whether `pid` is still the (live) process that started at `start`: one file read,
+/// for the few processes a stop signals and waits for.
+pub(super) fn is_running(pid: i32, start: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_stat(pid, &stat))
+        .is_some_and(|process| process.start == start)
 }
 
 /// `pid (comm) state ppid pgrp session … starttime(22) vsize rss(24) …`; `comm` may hold
