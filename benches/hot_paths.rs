@@ -159,6 +159,8 @@ fn registry(c: &mut Criterion) {
                 max_call_timeout_secs: 60,
                 max_connections_per_user: 10,
                 max_stdio_processes: 10,
+                stdio_memory_limit_mib: 0,
+                stdio_max_tasks_per_server: 0,
                 max_message_bytes: 16 << 20,
                 inherited_env: Vec::new(),
                 sessions_per_http_client: 32,

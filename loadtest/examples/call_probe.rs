@@ -36,6 +36,7 @@ async fn main() {
             env: Default::default(),
             inherited_env: vec![("PATH".into(), std::env::var("PATH").unwrap())],
             working_dir: std::env::temp_dir(),
+            limits: Default::default(),
         },
         connect_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,

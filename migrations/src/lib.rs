@@ -22,6 +22,7 @@ mod m20261201_000014_tasks;
 mod m20261202_000015_audit_every_call;
 mod m20261202_000016_operator_lists;
 mod m20261203_000017_call_origins;
+mod m20261204_000018_preset_limits;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000015_audit_every_call::Migration),
             Box::new(m20261202_000016_operator_lists::Migration),
             Box::new(m20261203_000017_call_origins::Migration),
+            Box::new(m20261204_000018_preset_limits::Migration),
         ]
     }
 }

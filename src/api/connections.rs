@@ -61,6 +61,13 @@ pub struct ConnectionView {
     /// Their resident memory (RSS) in bytes; only in the list, absent for other servers.
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_bytes: Option<u64>,
+    /// A connected stdio server's memory limit in bytes, where its cgroup enforces one
+    /// (`pool.stdio_memory_limit_mib`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_limit_bytes: Option<u64>,
+    /// Its limit on processes and threads together, where its cgroup enforces one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_limit: Option<u32>,
     #[serde(skip)]
     process_group: Option<i32>,
 }
@@ -103,6 +110,8 @@ impl From<ConnectionInfo> for ConnectionView {
                 .collect(),
             processes: None,
             memory_bytes: None,
+            memory_limit_bytes: status.limits.memory_bytes,
+            task_limit: status.limits.processes,
             process_group: status.process_group,
         }
     }

@@ -61,6 +61,11 @@ struct PresetView {
     /// Fixed env names with masked values.
     env: BTreeMap<String, String>,
     timeout_secs: Option<u32>,
+    /// Memory each of its servers may use, in MiB, instead of the pool's default
+    /// (absent: the default; 0: no limit).
+    memory_limit_mib: Option<u32>,
+    /// Processes and threads each of its servers may run, instead of the pool's default.
+    max_tasks: Option<u32>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -77,6 +82,8 @@ impl From<Preset> for PresetView {
             arg_slots: spec.arg_slots.into_iter().map(SlotView::from).collect(),
             env_slots: spec.env_slots.into_iter().map(SlotView::from).collect(),
             timeout_secs: spec.timeout_secs,
+            memory_limit_mib: spec.memory_limit_mib,
+            max_tasks: spec.max_tasks,
             created_at: preset.created_at,
             updated_at: preset.updated_at,
         }

@@ -91,11 +91,22 @@ async fn a_server_that_exits_is_restarted_on_next_use() {
     let pid = app.fixture_pid("u", &server).await;
     let crash = app.call("u", &server, "crash", json!({})).await;
     assert_eq!(crash.code(), "MCP_CONNECTION_ERROR", "{}", crash.text);
+    // Why, in words: not that a transport closed, but how the server ended.
+    let said = "the server exited with status 3";
+    assert!(crash.text.contains(said), "{}", crash.text);
     let echo = app
         .call("u", &server, "echo", json!({"text": "back"}))
         .await;
     assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
     assert_ne!(app.fixture_pid("u", &server).await, pid);
+    let listed = app.connections().await;
+    let causes: Vec<&str> = listed[0]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|change| change["cause"].as_str())
+        .collect();
+    assert!(causes.iter().any(|c| c.contains(said)), "{listed:?}");
 }
 
 #[tokio::test]

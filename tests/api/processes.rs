@@ -1,7 +1,9 @@
 //! A stdio server is a process group and every process it starts, in the group (as npx
-//! and uvx do) or out of it (a browser in a session of its own): all of them are counted
-//! and end with it on every kind of stop, even a SIGKILL of the service; and an answer
-//! over the size limit fails its call at once instead of hanging until the timeout.
+//! and uvx do) or out of it (a browser in a session of its own, or a double fork that
+//! leaves no parent behind): all of them are counted and end with it on every kind of
+//! stop, even a SIGKILL of the service; where cgroups can be made, a server over its
+//! memory or task limit is stopped and says why; and an answer over the size limit fails
+//! its call at once instead of hanging until the timeout.
 
 use std::time::Duration;
 
@@ -20,20 +22,74 @@ enum Sleeper {
     /// In a session (and group) of its own, as Playwright and Chrome DevTools start
     /// Chromium: out of reach of the group's signals.
     OwnSession,
+    /// In a session of its own, by a parent that exits at once (a double fork, as
+    /// daemons start): out of reach of the group and of parentage. Only a cgroup holds it.
+    Orphaned,
 }
 
 /// A preset whose server is a shell that leaves a `sleep <tag>` behind it and then
 /// becomes the fixture: the shape of an npx/uvx launcher.
 fn launcher_preset(tag: u32, sleeper: Sleeper) -> Value {
     let start = match sleeper {
-        Sleeper::InGroup => "sleep",
-        Sleeper::OwnSession => "setsid sleep",
+        Sleeper::InGroup => format!("sleep {tag} &"),
+        Sleeper::OwnSession => format!("setsid sleep {tag} &"),
+        Sleeper::Orphaned => format!("(setsid sleep {tag} &);"),
     };
     json!({
         "name": format!("launcher{tag}"),
         "command": "/bin/sh",
-        "args": ["-c", format!("{start} {tag} & exec {} stdio", fixture_binary())],
+        "args": ["-c", format!("{start} exec {} stdio", fixture_binary())],
     })
+}
+
+/// Whether a process here may make cgroups in `controller`'s hierarchy (v1) or in the
+/// unified one with that controller available (v2), as the service does for each stdio
+/// server; `None` asks for any writable hierarchy. Tests of what only a cgroup can do
+/// are skipped, saying so, where none can be made.
+fn cgroups_here(controller: Option<&str>) -> bool {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let probe = |dir: String| {
+        let dir = std::path::PathBuf::from(dir).join(format!("probe-{}", rand_u32()));
+        let made = std::fs::create_dir(&dir).is_ok();
+        let _ = std::fs::remove_dir(&dir);
+        made
+    };
+    own.lines().any(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            return false;
+        };
+        if controllers.is_empty() {
+            ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+                .iter()
+                .any(|mount| {
+                    let dir = format!("{mount}{path}");
+                    let available = std::fs::read_to_string(format!("{dir}/cgroup.controllers"))
+                        .is_ok_and(|c| {
+                            controller
+                                .is_none_or(|wanted| c.split_whitespace().any(|c| c == wanted))
+                        });
+                    available && probe(dir)
+                })
+        } else {
+            controllers
+                .split(',')
+                .find(|c| {
+                    controller.is_none_or(|wanted| *c == wanted) && ["memory", "pids"].contains(c)
+                })
+                .is_some_and(|c| probe(format!("/sys/fs/cgroup/{c}{path}")))
+        }
+    })
+}
+
+/// False, saying so, where the test needs cgroups and none can be made here.
+fn skipped_without_cgroups(sleeper: Sleeper) -> bool {
+    let skip = matches!(sleeper, Sleeper::Orphaned) && !cgroups_here(None);
+    if skip {
+        eprintln!("skipped: no cgroup can be made here, and only a cgroup holds a double fork");
+    }
+    skip
 }
 
 /// A tag no other test uses, so survivors are counted exactly.
@@ -96,6 +152,9 @@ async fn every_stop_ends_a_process_that_left_the_group() {
 }
 
 async fn every_stop_ends(sleeper: Sleeper) {
+    if skipped_without_cgroups(sleeper) {
+        return;
+    }
     let tags = [unique_tag(), unique_tag(), unique_tag()];
     let app = spawn_pool_app_with(|_| {}).await;
     for (user, tag) in ["stopped", "deleted", "at-shutdown"].iter().zip(tags) {
@@ -151,6 +210,11 @@ async fn every_stop_ends(sleeper: Sleeper) {
 }
 
 #[tokio::test]
+async fn every_stop_ends_a_double_forked_process() {
+    every_stop_ends(Sleeper::Orphaned).await;
+}
+
+#[tokio::test]
 async fn an_idle_reap_ends_the_whole_process_group() {
     an_idle_reap_ends(Sleeper::InGroup).await;
 }
@@ -161,11 +225,19 @@ async fn an_idle_reap_ends_a_process_that_left_the_group() {
 }
 
 async fn an_idle_reap_ends(sleeper: Sleeper) {
+    if skipped_without_cgroups(sleeper) {
+        return;
+    }
     let tag = unique_tag();
     let app = spawn_pool_app_with(|s| s.pool.idle_timeout_secs = 1).await;
     app.create_preset_ok(launcher_preset(tag, sleeper)).await;
     running_launcher(&app, "u", tag).await;
     no_sleepers_left(tag).await;
+}
+
+#[tokio::test]
+async fn an_idle_reap_ends_a_double_forked_process() {
+    an_idle_reap_ends(Sleeper::Orphaned).await;
 }
 
 #[tokio::test]
@@ -179,6 +251,9 @@ async fn a_process_that_left_the_group_counts_against_the_process_limit() {
 }
 
 async fn a_launchers_children_count(sleeper: Sleeper) {
+    if skipped_without_cgroups(sleeper) {
+        return;
+    }
     let tag = unique_tag();
     // Two processes per launcher: the first fills a limit of two.
     let app = spawn_pool_app_with(|s| s.pool.max_stdio_processes = 2).await;
@@ -201,6 +276,11 @@ async fn a_launchers_children_count(sleeper: Sleeper) {
 }
 
 #[tokio::test]
+async fn a_double_forked_process_counts_against_the_process_limit() {
+    a_launchers_children_count(Sleeper::Orphaned).await;
+}
+
+#[tokio::test]
 async fn stdio_servers_do_not_survive_a_sigkill_of_the_service() {
     a_sigkill_of_the_service_ends(Sleeper::InGroup).await;
 }
@@ -211,6 +291,9 @@ async fn a_process_that_left_the_group_does_not_survive_a_sigkill_of_the_service
 }
 
 async fn a_sigkill_of_the_service_ends(sleeper: Sleeper) {
+    if skipped_without_cgroups(sleeper) {
+        return;
+    }
     let tag = unique_tag();
     let binary = start_binary(&[]).await;
     let client = reqwest::Client::new();
@@ -268,6 +351,126 @@ async fn a_sigkill_of_the_service_ends(sleeper: Sleeper) {
     let mut child = binary.child;
     child.start_kill().unwrap(); // SIGKILL: no shutdown code runs.
     child.wait().await.unwrap();
+    no_sleepers_left(tag).await;
+}
+
+#[tokio::test]
+async fn a_double_forked_process_does_not_survive_a_sigkill_of_the_service() {
+    a_sigkill_of_the_service_ends(Sleeper::Orphaned).await;
+}
+
+#[tokio::test]
+async fn a_server_over_its_memory_limit_is_stopped_and_says_why() {
+    if !cgroups_here(Some("memory")) {
+        eprintln!("skipped: no memory cgroup can be made here");
+        return;
+    }
+    // The pool's default for most servers, a preset's own for its servers.
+    let app = spawn_pool_app_with(|s| s.pool.stdio_memory_limit_mib = 512).await;
+    let usual = app.stdio_fixture_ok("u").await;
+    let mut small = crate::upstreams::fixture_preset();
+    small["name"] = json!("small");
+    small["memoryLimitMib"] = json!(32);
+    app.create_preset_ok(small).await;
+    let preset = app.admin(Method::GET, "/admin/presets/small", None).await;
+    assert_eq!(preset.body["memoryLimitMib"], 32, "{}", preset.text);
+    let id = app
+        .create_server_ok("u", json!({"name": "small", "preset": "small"}))
+        .await;
+    for server in [&usual, &id] {
+        let echo = app
+            .call("u", server, "echo", json!({"text": "small"}))
+            .await;
+        assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+    }
+    let listed = app.connections().await;
+    let limit_of = |server: &str| {
+        listed
+            .iter()
+            .find(|c| c["serverId"] == server)
+            .map(|c| c["memoryLimitBytes"].clone())
+    };
+    assert_eq!(limit_of(&usual), Some(json!(512 << 20)), "{listed:?}");
+    assert_eq!(limit_of(&id), Some(json!(32 << 20)), "{listed:?}");
+
+    // 60 MB of text (the tool's most is 64 MiB): the kernel kills the server before it
+    // could answer; the same call on the usual server is answered.
+    let bytes = json!({"bytes": 60_000_000});
+    let hog = app.call("u", &id, "big", bytes.clone()).await;
+    assert_eq!(hog.status, StatusCode::BAD_GATEWAY, "{}", hog.text);
+    assert_eq!(hog.code(), "MCP_CONNECTION_ERROR", "{}", hog.text);
+    let said = "went over its memory limit of 32 MiB";
+    assert!(hog.text.contains(said), "{}", hog.text);
+    assert!(hog.text.contains("killed by SIGKILL"), "{}", hog.text);
+    let listed = app.connections().await;
+    let small_row = listed
+        .iter()
+        .find(|c| c["serverId"] == id.as_str())
+        .unwrap();
+    assert_eq!(small_row["state"], "error", "{listed:?}");
+    assert!(
+        small_row["lastError"].as_str().unwrap_or("").contains(said),
+        "{listed:?}"
+    );
+    // Over the size limit for an answer, but alive.
+    let fine = app.call("u", &usual, "big", bytes).await;
+    assert_eq!(fine.code(), "MCP_RESULT_TOO_LARGE", "{}", fine.text);
+
+    // A new process serves the next call, within the limit.
+    let echo = app.call("u", &id, "echo", json!({"text": "again"})).await;
+    assert_eq!(echo.status, StatusCode::OK, "{}", echo.text);
+}
+
+#[tokio::test]
+async fn a_presets_limits_are_checked() {
+    let app = spawn_pool_app_with(|_| {}).await;
+    for (field, value) in [("memoryLimitMib", 2_000_000), ("maxTasks", 5_000_000)] {
+        let mut preset = crate::upstreams::fixture_preset();
+        preset[field] = json!(value);
+        let refused = app
+            .admin(Method::POST, "/admin/presets", Some(preset))
+            .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            refused.text
+        );
+        assert!(refused.text.contains(field), "{}", refused.text);
+    }
+}
+
+#[tokio::test]
+async fn a_server_at_its_task_limit_is_refused_more_and_says_why() {
+    if !cgroups_here(Some("pids")) {
+        eprintln!("skipped: no pids cgroup can be made here");
+        return;
+    }
+    let tag = unique_tag();
+    let app = spawn_pool_app_with(|s| s.pool.stdio_max_tasks_per_server = 12).await;
+    // A launcher that starts more sleepers than the limit lets it: the shell gives up at
+    // the first fork refused, before it becomes the fixture (the sleepers do not hold
+    // its output open).
+    app.create_preset_ok(json!({
+        "name": "forker",
+        "command": "/bin/sh",
+        "args": ["-c", format!("for i in $(seq 30); do sleep {tag} >/dev/null & done; exec {} stdio", fixture_binary())],
+    }))
+    .await;
+    let id = app
+        .create_server_ok("u", json!({"name": "forker", "preset": "forker"}))
+        .await;
+    let refused = app.call("u", &id, "echo", json!({"text": "hi"})).await;
+    assert_eq!(refused.status, StatusCode::BAD_GATEWAY, "{}", refused.text);
+    assert_eq!(refused.code(), "MCP_CONNECTION_ERROR", "{}", refused.text);
+    assert!(
+        refused
+            .text
+            .contains("reached its limit of 12 processes and threads"),
+        "{}",
+        refused.text
+    );
+    assert!(sleepers(tag) < 12, "{} sleepers", sleepers(tag));
     no_sleepers_left(tag).await;
 }
 

@@ -113,7 +113,7 @@ test('stopping it from the console ends its process', async () => {
   // What it runs, read from /proc when the list is read.
   await page.reload();
   await page.getByLabel('User').fill(USER);
-  await row(USER, SERVER).getByTestId('memory').filter({ hasText: /^\d+\.\d MiB$/ }).waitFor();
+  await row(USER, SERVER).getByTestId('memory').filter({ hasText: /^\d+\.\d MiB\s*(of \d+\.\d MiB)?$/ }).waitFor();
   assert.equal(await row(USER, SERVER).getByTestId('processes').innerText(), '1');
 
   // Stop asks first.

@@ -226,6 +226,12 @@ pub struct PoolSettings {
     pub max_call_timeout_secs: u32,
     pub max_connections_per_user: u32,
     pub max_stdio_processes: u32,
+    /// Memory one stdio server (all its processes) may use, in MiB; 0: no limit. Needs a
+    /// cgroup memory controller (`mcp::stdio::cgroup`).
+    pub stdio_memory_limit_mib: u64,
+    /// Processes and threads one stdio server may run at once (the kernel's pids
+    /// controller counts both); 0: no limit.
+    pub stdio_max_tasks_per_server: u32,
     /// Largest single message an upstream may send over stdio.
     pub max_message_bytes: usize,
     /// The only variables a stdio child inherits from the service's environment.

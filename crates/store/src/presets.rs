@@ -119,6 +119,8 @@ impl PresetRepo {
             env_slots: Set(slots_json(&spec.env_slots)),
             env: Set(seal_map(&self.cipher, &spec.env)),
             timeout_secs: Set(spec.timeout_secs.map(|t| t as i32)),
+            memory_limit_mib: Set(spec.memory_limit_mib.map(|m| m as i32)),
+            max_tasks: Set(spec.max_tasks.map(|t| t as i32)),
             created_at: Set(preset.created_at),
             updated_at: Set(preset.updated_at),
         }
@@ -136,6 +138,8 @@ impl PresetRepo {
                 env_slots: slots_from("env_slots", row.env_slots)?,
                 env: open_map(&self.cipher, row.env.as_deref())?,
                 timeout_secs: row.timeout_secs.map(|t| t.max(0) as u32),
+                memory_limit_mib: row.memory_limit_mib.map(|m| m.max(0) as u32),
+                max_tasks: row.max_tasks.map(|t| t.max(0) as u32),
             },
             created_at: row.created_at,
             updated_at: row.updated_at,

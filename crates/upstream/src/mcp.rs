@@ -20,7 +20,7 @@ pub use client::{CallOutcome, CallPeers, McpClient, Progress, RelayedRound, Serv
 pub use connect::{SessionRevision, UpstreamSpec, UpstreamTransport, connect};
 pub use handler::UpstreamEvents;
 pub use http::{LeasedClient, UpstreamHttp};
-pub use stdio::{GroupUsage, group_usage};
+pub use stdio::{GroupUsage, StdioLimits, group_usage, prepare_containment};
 
 use std::time::Duration;
 

@@ -130,6 +130,8 @@ pub struct ConnectionStatus {
     /// A connected stdio server's process group, to tell what it runs
     /// ([`crate::mcp::group_usage`]).
     pub process_group: Option<i32>,
+    /// A connected stdio server's limits, as its cgroup enforces them.
+    pub limits: crate::mcp::StdioLimits,
 }
 
 /// How many state changes a connection keeps.
@@ -154,6 +156,7 @@ impl ConnectionStatus {
             server_version: None,
             history: std::collections::VecDeque::new(),
             process_group: None,
+            limits: Default::default(),
         }
     }
 }
@@ -345,6 +348,10 @@ pub struct Pool {
 
 impl Pool {
     pub async fn start(settings: PoolSettings, metrics: Arc<Metrics>) -> Result<Self, PoolError> {
+        crate::mcp::prepare_containment(
+            settings.stdio_memory_limit_mib > 0,
+            settings.stdio_max_tasks_per_server > 0,
+        );
         let settings = Arc::new(settings);
         let registry = Arc::new(Registry::default());
         let catalogs = Arc::new(Catalogs::new(

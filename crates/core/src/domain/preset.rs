@@ -41,6 +41,12 @@ pub struct PresetSpec {
     /// Env values fixed by the admin (secret, e.g. a shared API key).
     pub env: SecretMap,
     pub timeout_secs: Option<u32>,
+    /// The memory its servers may each use, in MiB, instead of the pool's default
+    /// (`pool.stdio_memory_limit_mib`); 0: no limit. A browser needs more than most.
+    pub memory_limit_mib: Option<u32>,
+    /// Processes and threads its servers may each run, instead of the pool's default
+    /// (`pool.stdio_max_tasks_per_server`); 0: no limit.
+    pub max_tasks: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -325,6 +331,8 @@ mod tests {
             env_slots: vec![slot("TOKEN", false, None)],
             env: SecretMap::new(BTreeMap::from([("FIXED".into(), "1".into())])),
             timeout_secs: None,
+            memory_limit_mib: None,
+            max_tasks: None,
         }
     }
 

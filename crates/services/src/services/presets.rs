@@ -43,7 +43,19 @@ pub struct PresetInput {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub timeout_secs: Option<u32>,
+    /// Memory each of its servers may use, in MiB (absent: the pool's default; 0: none).
+    #[schema(maximum = 1048576)]
+    pub memory_limit_mib: Option<u32>,
+    /// Processes and threads each of its servers may run (absent: the pool's default;
+    /// 0: none).
+    #[schema(maximum = 4194304)]
+    pub max_tasks: Option<u32>,
 }
+
+/// Highest per-preset memory limit: 1 TiB, in MiB.
+const MAX_MEMORY_LIMIT_MIB: u32 = 1 << 20;
+/// Highest per-preset task limit: the kernel's own ceiling on pids.
+const MAX_TASKS: u32 = 1 << 22;
 
 impl From<SlotInput> for Slot {
     fn from(input: SlotInput) -> Self {
@@ -154,6 +166,19 @@ impl PresetService {
                 "timeoutSecs must be between 1 and {max_timeout}"
             )));
         }
+        if input
+            .memory_limit_mib
+            .is_some_and(|m| m > MAX_MEMORY_LIMIT_MIB)
+        {
+            return Err(Error::validation(format!(
+                "memoryLimitMib must be at most {MAX_MEMORY_LIMIT_MIB} (0: no limit)"
+            )));
+        }
+        if input.max_tasks.is_some_and(|t| t > MAX_TASKS) {
+            return Err(Error::validation(format!(
+                "maxTasks must be at most {MAX_TASKS} (0: no limit)"
+            )));
+        }
         let spec = PresetSpec {
             name,
             description: input.description,
@@ -163,6 +188,8 @@ impl PresetService {
             env_slots: input.env_slots.into_iter().map(Slot::from).collect(),
             env: current_env.merge_update(input.env),
             timeout_secs: input.timeout_secs,
+            memory_limit_mib: input.memory_limit_mib,
+            max_tasks: input.max_tasks,
         };
         spec.validate()?;
         Ok(spec)

@@ -21,6 +21,8 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub env: Option<String>,
     pub timeout_secs: Option<i32>,
+    pub memory_limit_mib: Option<i32>,
+    pub max_tasks: Option<i32>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

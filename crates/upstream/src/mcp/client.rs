@@ -119,8 +119,16 @@ pub struct McpClient {
     challenges: ChallengeSlot,
     /// A 2026-07-28 server's notices (it has no session stream).
     changes: Option<super::listen::ChangeListener>,
-    /// A stdio server's process group.
-    process_group: Option<i32>,
+    /// A stdio server's process.
+    stdio: Option<StdioProcess>,
+}
+
+/// A stdio server's process: its group, its limits, and why it ended once it has.
+#[derive(Debug, Clone)]
+pub(crate) struct StdioProcess {
+    pub group: i32,
+    pub limits: super::stdio::StdioLimits,
+    pub exit: super::stdio::ExitNote,
 }
 
 /// Sends `notifications/cancelled` if the request is abandoned (its caller went away)
@@ -151,19 +159,42 @@ impl McpClient {
         service: RunningService<RoleClient, PoolClientHandler>,
         challenges: ChallengeSlot,
         changes: Option<super::listen::ChangeListener>,
-        process_group: Option<i32>,
+        stdio: Option<StdioProcess>,
     ) -> Self {
         Self {
             service,
             challenges,
             changes,
-            process_group,
+            stdio,
         }
     }
 
     /// A stdio server's process group (its leader's pid).
     pub fn process_group(&self) -> Option<i32> {
-        self.process_group
+        self.stdio.as_ref().map(|process| process.group)
+    }
+
+    /// A stdio server's limits, as its cgroup enforces them (none without one).
+    pub fn stdio_limits(&self) -> super::stdio::StdioLimits {
+        self.stdio
+            .as_ref()
+            .map(|process| process.limits)
+            .unwrap_or_default()
+    }
+
+    /// Why a stdio server ended (its exit status, a limit it went over), once it has.
+    pub fn exit_cause(&self) -> Option<String> {
+        self.stdio.as_ref()?.exit.get().cloned()
+    }
+
+    /// A failed request's error in words: a refusal for want of authorization as that,
+    /// and a lost stdio server with the reason it ended.
+    fn explain(&self, error: rmcp::service::ServiceError) -> McpError {
+        let error = self.challenges.explain(error.into());
+        match (&error, self.exit_cause()) {
+            (McpError::Transport(_), Some(cause)) => McpError::Transport(cause),
+            _ => error,
+        }
     }
 
     pub fn server_info(&self) -> Option<Implementation> {
@@ -222,7 +253,7 @@ impl McpClient {
         let handle = peer
             .send_request_with_option(request, options)
             .await
-            .map_err(|e| self.challenges.explain(e.into()))?;
+            .map_err(|e| self.explain(e))?;
         let mut guard = CancelOnDrop {
             peer: Some(peer.clone()),
             id: handle.id.clone(),
@@ -230,7 +261,7 @@ impl McpClient {
         let result = handle.await_response().await;
         // Answered, or timed out (rmcp then sends the cancellation itself).
         guard.peer = None;
-        result.map_err(|e| self.challenges.explain(e.into()))
+        result.map_err(|e| self.explain(e))
     }
 
     async fn list_all<T>(
@@ -564,7 +595,7 @@ impl McpClient {
         let handle = peer
             .send_request_with_option(request, options)
             .await
-            .map_err(|e| self.challenges.explain(e.into()))?;
+            .map_err(|e| self.explain(e))?;
         // Subscribed right after sending: the first progress can only follow a round trip.
         let mut progress_stream = self
             .service
@@ -609,7 +640,7 @@ impl McpClient {
                 _ => break,
             }
         }
-        let result = result.map_err(|e| self.challenges.explain(e.into()))?;
+        let result = result.map_err(|e| self.explain(e))?;
         Ok((result, progress))
     }
 

@@ -42,6 +42,8 @@ pub enum UpstreamTransport {
         /// Variables taken from the service's environment (PATH, HOME, LANG), nothing else.
         inherited_env: Vec<(String, String)>,
         working_dir: PathBuf,
+        /// What the server may use (its cgroup's limits, where it gets one).
+        limits: super::stdio::StdioLimits,
     },
     StreamableHttp {
         url: SecretUrl,
@@ -141,8 +143,8 @@ pub async fn connect(
     // rmcp's session task takes the span it was started in for its whole life: a root
     // span naming the connection, not the request that happened to open it.
     let session = tracing::info_span!(parent: None, "upstream_session", upstream = %spec.label);
-    // A stdio server's process group, once started (0: none).
-    let process_group = std::sync::atomic::AtomicI32::new(0);
+    // A stdio server's process, once started.
+    let started = std::sync::OnceLock::new();
     let attempt = async {
         match &spec.transport {
             UpstreamTransport::Stdio {
@@ -151,6 +153,7 @@ pub async fn connect(
                 env,
                 inherited_env,
                 working_dir,
+                limits,
             } => {
                 std::fs::create_dir_all(working_dir).map_err(|e| {
                     McpError::Connect(format!("cannot create the working directory: {e}"))
@@ -166,10 +169,17 @@ pub async fn connect(
                 let (transport, stderr) = StdioTransport::spawn(StdioCommand {
                     command: command_line,
                     max_message_bytes: spec.max_message_bytes,
+                    limits: *limits,
                 })
                 .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
                 tracing::info!(upstream = %spec.label, pid = transport.pid(), "stdio server started");
-                process_group.store(transport.pid() as i32, std::sync::atomic::Ordering::Relaxed);
+                let process = super::client::StdioProcess {
+                    group: transport.pid() as i32,
+                    limits: transport.limits(),
+                    exit: transport.exit_note(),
+                };
+                let exit = process.exit.clone();
+                let _ = started.set(process);
                 if let Some(stderr) = stderr {
                     let label = spec.label.clone();
                     tokio::spawn(async move {
@@ -184,7 +194,7 @@ pub async fn connect(
                     .serve(transport)
                     .instrument(session.clone())
                     .await
-                    .map_err(|e| McpError::Connect(e.to_string()))
+                    .map_err(|e| McpError::Connect(exit.get().cloned().unwrap_or(e.to_string())))
             }
             UpstreamTransport::StreamableHttp { url, headers } => {
                 let failures = StreamFailures::default();
@@ -278,8 +288,12 @@ pub async fn connect(
         }
     };
     let changes = super::listen::ChangeListener::start(&service, events, &spec.label);
-    let process_group = Some(process_group.into_inner()).filter(|pgid| *pgid > 0);
-    Ok(McpClient::new(service, challenges, changes, process_group))
+    Ok(McpClient::new(
+        service,
+        challenges,
+        changes,
+        started.into_inner(),
+    ))
 }
 
 type ClientSession = rmcp::service::RunningService<rmcp::RoleClient, PoolClientHandler>;

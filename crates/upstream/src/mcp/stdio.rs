@@ -5,10 +5,15 @@
 //! with long lines:
 //! - every stop must end the whole group (npx and uvx servers are a shell or launcher
 //!   with the real server beneath it), and every process that left it (a browser in a
-//!   session of its own, found by parentage: [`tree`]), TERM first and KILL after a
-//!   grace, and nothing may outlive the service even when it is killed with SIGKILL: a
-//!   small watchdog process (the [`GroupGuard`]) holds the list of live groups and kills
-//!   them when the service's end of its pipe closes;
+//!   session of its own, found by parentage: [`tree`], and every process in the
+//!   server's own cgroup where the service may make one: [`cgroup`]), TERM first and
+//!   KILL after a grace, and nothing may outlive the service even when it is killed
+//!   with SIGKILL: a small watchdog process (the [`GroupGuard`]) holds the list of live
+//!   groups and kills them, and empties the servers' cgroups, when the service's end of
+//!   its pipe closes;
+//! - a server's cgroup carries its memory and process limits, and when its output ends
+//!   the transport says why (its exit status, a limit it went over) for the error its
+//!   callers and the connection's state show;
 //! - a message over the size limit must fail the request it answers at once (rmcp drops
 //!   the line and the call hangs until its timeout), and a large message must not leave
 //!   its buffer behind (rmcp keeps the read buffer at its largest size for the life of
@@ -46,10 +51,11 @@ const KEPT_BUFFER: usize = 64 * 1024;
 /// How much of an oversized line's head and tail is kept to find its request id.
 const ID_WINDOW: usize = 1024;
 
-/// What to start, and the limit on one incoming message.
+/// What to start, the limit on one incoming message, and what the server may use.
 pub(crate) struct StdioCommand {
     pub command: tokio::process::Command,
     pub max_message_bytes: usize,
+    pub limits: StdioLimits,
 }
 
 pub struct StdioTransport {
@@ -57,7 +63,16 @@ pub struct StdioTransport {
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     reader: LineReader<ChildStdout>,
     calls: PendingCalls,
+    cgroup: Option<Arc<ServerCgroup>>,
+    exit: ExitNote,
 }
+
+/// Why a stdio server's output ended, set once it has: read by the client, whose
+/// requests only hear that the transport closed.
+pub type ExitNote = Arc<OnceLock<String>>;
+
+/// How long a server whose output ended gets to exit before its status is left unsaid.
+const EXIT_WAIT: Duration = Duration::from_millis(200);
 
 /// Ids of the `tools/call` requests sent and not answered yet, so that their answers are
 /// read as tool results at once. rmcp's `ServerResult` is an untagged union that lists
@@ -115,15 +130,29 @@ impl StdioTransport {
         let StdioCommand {
             mut command,
             max_message_bytes,
+            limits,
         } = spec;
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .process_group(0)
             .kill_on_drop(false);
+        let guard = guard();
+        let cgroup = cgroup::cgroups()
+            .create(limits)
+            .map_err(std::io::Error::other)?
+            .map(Arc::new);
+        if let Some(cgroup) = &cgroup {
+            let joined = cgroup.clone();
+            // SAFETY: the hook only opens, writes and closes files whose paths were made
+            // before the fork (`join_in_child`).
+            unsafe {
+                command.pre_exec(move || joined.join_in_child());
+            }
+        }
         let mut child = command.spawn()?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))? as i32;
-        guard().add(pid);
+        guard.add(pid, cgroup.clone());
         let stdin = child.stdin.take();
         let stdout = child
             .stdout
@@ -140,6 +169,8 @@ impl StdioTransport {
                 stdin: Arc::new(tokio::sync::Mutex::new(stdin)),
                 reader: LineReader::new(stdout, max_message_bytes, calls.clone()),
                 calls,
+                cgroup,
+                exit: ExitNote::default(),
             },
             stderr,
         ))
@@ -147,6 +178,56 @@ impl StdioTransport {
 
     pub fn pid(&self) -> u32 {
         self.group.pgid as u32
+    }
+
+    /// Where the reason the server's output ended will be.
+    pub(crate) fn exit_note(&self) -> ExitNote {
+        self.exit.clone()
+    }
+
+    /// What each limit of the server is, as its cgroup enforces it.
+    pub(crate) fn limits(&self) -> StdioLimits {
+        self.cgroup
+            .as_ref()
+            .map(|cgroup| cgroup.limits())
+            .unwrap_or_default()
+    }
+
+    /// Records why the output ended: the leader's exit status (if it exits soon), and
+    /// a limit the server went over.
+    async fn note_exit(&mut self) {
+        if self.exit.get().is_some() {
+            return;
+        }
+        let status = match self.group.leader.as_mut() {
+            Some(leader) => tokio::time::timeout(EXIT_WAIT, leader.wait())
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
+        };
+        let limit = self.cgroup.as_ref().and_then(|cgroup| cgroup.explain());
+        let _ = self.exit.set(describe_exit(status, limit));
+    }
+}
+
+/// An ended server in words: how it ended, and why if a limit made it.
+fn describe_exit(status: Option<std::process::ExitStatus>, limit: Option<String>) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    let ended = match status {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("the server exited with status {code}"),
+            (None, Some(signal)) => match Signal::try_from(signal) {
+                Ok(signal) => format!("the server was killed by {}", signal.as_str()),
+                Err(_) => format!("the server was killed by signal {signal}"),
+            },
+            (None, None) => "the server exited".to_owned(),
+        },
+        None => "the server closed its output".to_owned(),
+    };
+    match limit {
+        Some(limit) => format!("{ended}: {limit}"),
+        None => ended,
     }
 }
 
@@ -185,8 +266,12 @@ impl Transport<RoleClient> for StdioTransport {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.reader.next_message()
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.reader.next_message().await;
+        if message.is_none() {
+            self.note_exit().await;
+        }
+        message
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
@@ -240,13 +325,24 @@ async fn end_group(pgid: i32, leader: &mut Child) {
     if tokio::time::timeout(TERM_GRACE, gone).await.is_err() {
         signal_all(pgid, &escaped, Signal::SIGKILL);
         let _ = leader.wait().await;
+        // SIGKILL is not refused, but each process takes a moment to go.
+        let _ = tokio::time::timeout(TERM_GRACE, async {
+            while any_alive(&escaped) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
     }
     guard().remove(pgid);
 }
 
-/// `signal` to the group, to the groups its processes lead, and to each process that
-/// left it and is still the process that left (not a new one with its pid).
+/// `signal` to the group, to the groups its processes lead, to each process that left
+/// it and is still the process that left (not a new one with its pid), and to every
+/// process in the server's cgroup.
 fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
+    if let Some(cgroup) = &escaped.cgroup {
+        cgroup.signal(signal);
+    }
     let _ = killpg(Pid::from_raw(pgid), signal);
     for group in &escaped.groups {
         let _ = killpg(Pid::from_raw(*group), signal);
@@ -259,7 +355,11 @@ fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
 }
 
 fn any_alive(escaped: &tree::Escaped) -> bool {
-    escaped.groups.iter().any(|group| group_alive(*group))
+    escaped
+        .cgroup
+        .as_ref()
+        .is_some_and(|cgroup| !cgroup.members().is_empty())
+        || escaped.groups.iter().any(|group| group_alive(*group))
         || escaped
             .processes
             .iter()
@@ -300,6 +400,22 @@ pub(crate) fn extra_group_processes() -> usize {
         .sum()
 }
 
+/// Finds the service's cgroups (removing what a dead instance left) before the first
+/// server starts, and warns of limits configured where none can be enforced.
+pub fn prepare_containment(memory_limit: bool, task_limit: bool) {
+    let cgroups = cgroup::cgroups();
+    if memory_limit && !cgroups.memory() {
+        tracing::warn!(
+            "pool.stdio_memory_limit_mib is set, but no cgroup memory controller can be used here: stdio servers run without a memory limit"
+        );
+    }
+    if task_limit && !cgroups.pids() {
+        tracing::warn!(
+            "pool.stdio_max_tasks_per_server is set, but no cgroup pids controller can be used here: stdio servers run without a task limit"
+        );
+    }
+}
+
 /// What each live stdio server runs now, by its process group: processes and resident
 /// memory (a fresh reading of `/proc`).
 pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
@@ -308,7 +424,8 @@ pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
 
 /// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
 /// a terminal's Ctrl-C does not reach it. When its stdin closes (the service exited, or
-/// was killed with SIGKILL) it kills every group still listed, then exits.
+/// was killed with SIGKILL) it kills every group still listed and every process in the
+/// servers' cgroups (its arguments are the directories that hold them), then exits.
 pub(crate) struct GroupGuard {
     pipe: Mutex<Option<std::process::ChildStdin>>,
     /// Each live group, with what left it.
@@ -327,6 +444,13 @@ while IFS= read -r line; do
   esac
 done
 for group in $groups; do kill -KILL "-$group" 2>/dev/null; done
+for base in "$@"; do
+  for server in "$base"/*/; do
+    [ -e "${server}cgroup.procs" ] || continue
+    [ -e "${server}cgroup.kill" ] && echo 1 > "${server}cgroup.kill"
+    while IFS= read -r pid; do kill -KILL "$pid" 2>/dev/null; done < "${server}cgroup.procs"
+  done
+done
 "#;
 
 /// The process's one guard, started on first use.
@@ -337,6 +461,8 @@ pub fn guard() -> &'static GroupGuard {
         let started = std::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(GUARD_SCRIPT)
+            .arg("mcp-pool-guard")
+            .args(cgroup::cgroups().bases())
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -386,9 +512,15 @@ impl GroupGuard {
     // The watchdog is told while the list is locked, so that it hears of a group in the
     // order the list changed (a survey's `+` never after the `-` of its server's end).
 
-    fn add(&self, pgid: i32) {
+    fn add(&self, pgid: i32, cgroup: Option<Arc<ServerCgroup>>) {
         let mut live = self.live.lock().expect("guard list");
-        live.insert(pgid, tree::Escaped::default());
+        live.insert(
+            pgid,
+            tree::Escaped {
+                cgroup,
+                ..Default::default()
+            },
+        );
         self.tell(format!("+{pgid}\n"));
     }
 
@@ -638,8 +770,12 @@ pub(crate) fn guard_lists(pgid: i32) -> bool {
     guard().live.lock().expect("guard list").contains_key(&pgid)
 }
 
+mod cgroup;
 #[cfg(test)]
 mod tests;
 mod tree;
+
+use cgroup::ServerCgroup;
+pub use cgroup::StdioLimits;
 
 pub use tree::GroupUsage;

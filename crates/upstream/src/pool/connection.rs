@@ -129,12 +129,14 @@ impl ConnectionStateData {
             status.last_error = error;
         }
         status.process_group = None;
+        status.limits = Default::default();
         if let (ConnectionState::Connected, Phase::Connected { client }) = (state, &self.phase) {
             status.connected_at = Some(crate::domain::now());
             let info = client.server_info();
             status.server_name = info.as_ref().map(|i| i.name.clone());
             status.server_version = info.map(|i| i.version);
             status.process_group = client.process_group();
+            status.limits = client.stdio_limits();
         }
         drop(status);
         self.activity.announce(&self.key);
@@ -264,8 +266,12 @@ impl Actor for ConnectionActor {
                         let client = client.clone();
                         let _ = reply.send(Ok(state.lease(&myself, &client)));
                     }
-                    Phase::Connected { .. } => {
-                        // The session died between uses: reconnect transparently.
+                    Phase::Connected { client } => {
+                        // The session died between uses: reconnect transparently, with
+                        // why it ended (a stdio server's exit) in the history.
+                        if let Some(cause) = client.exit_cause() {
+                            state.set_status(ConnectionState::Error, Some(cause));
+                        }
                         state.slot.set(None);
                         state.catalogs.invalidate(&state.key).await;
                         state.start_connect(&myself, reply, span);

@@ -498,7 +498,8 @@ function Connections() {
         <td class="hide-narrow">${when(c.connectedAt)}</td>
         <td>${ago(c.lastActiveAt, now)}</td>
         <td class="hide-narrow" data-testid="processes">${c.processes ?? '—'}</td>
-        <td data-testid="memory">${c.memoryBytes == null ? '—' : mebibytes(c.memoryBytes)}</td>
+        <td data-testid="memory">${c.memoryBytes == null ? '—' : mebibytes(c.memoryBytes)}${
+          c.memoryBytes != null && c.memoryLimitBytes ? html`<div class="muted">of ${mebibytes(c.memoryLimitBytes)}</div>` : null}</td>
         <td>${c.lastError ? html`<span class="cause">${c.lastError}</span>` : '—'}</td>
         <td class="actions">
           <button type="button" aria-label=${`Refresh ${c.serverName} of ${c.userId}`}
@@ -1245,8 +1246,8 @@ function Presets() {
     setEditing(preset ? {
       original: preset.name, name: preset.name, description: preset.description, command: preset.command,
       args: preset.args.join('\n'), argSlots: preset.argSlots, envSlots: preset.envSlots,
-      timeoutSecs: preset.timeoutSecs ?? '',
-    } : { original: null, name: '', description: '', command: '', args: '', argSlots: [], envSlots: [], timeoutSecs: '' });
+      timeoutSecs: preset.timeoutSecs ?? '', memoryLimitMib: preset.memoryLimitMib ?? '', maxTasks: preset.maxTasks ?? '',
+    } : { original: null, name: '', description: '', command: '', args: '', argSlots: [], envSlots: [], timeoutSecs: '', memoryLimitMib: '', maxTasks: '' });
   };
   const slotBody = (slots) => slots.map((s) => ({
     name: s.name, description: s.description || '', required: !!s.required,
@@ -1260,6 +1261,8 @@ function Presets() {
       args: editing.args.split('\n').map((a) => a.trim()).filter(Boolean),
       argSlots: slotBody(editing.argSlots), envSlots: slotBody(editing.envSlots),
       timeoutSecs: editing.timeoutSecs === '' ? null : Number(editing.timeoutSecs),
+      memoryLimitMib: editing.memoryLimitMib === '' ? null : Number(editing.memoryLimitMib),
+      maxTasks: editing.maxTasks === '' ? null : Number(editing.maxTasks),
     };
     try {
       if (editing.original) await api('PUT', `/admin/presets/${enc(editing.original)}`, { body });
@@ -1297,6 +1300,10 @@ function Presets() {
           <input id="p-command" class="mono" required value=${editing.command} onInput=${set('command')} /></div>
         <div class="field"><label for="p-timeout">Timeout (s)</label>
           <input id="p-timeout" type="number" min="1" value=${editing.timeoutSecs} onInput=${set('timeoutSecs')} /></div>
+        <div class="field"><label for="p-memory">Memory limit (MiB)</label>
+          <input id="p-memory" type="number" min="0" placeholder="default" value=${editing.memoryLimitMib} onInput=${set('memoryLimitMib')} /></div>
+        <div class="field"><label for="p-tasks">Task limit</label>
+          <input id="p-tasks" type="number" min="0" placeholder="default" value=${editing.maxTasks} onInput=${set('maxTasks')} /></div>
       </div>
       <div class="field"><label for="p-desc">Description</label>
         <input id="p-desc" value=${editing.description} onInput=${set('description')} /></div>

@@ -11,9 +11,9 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::UpstreamService;
-use crate::domain::{McpServer, SecretUrl, Transport, UserId};
+use crate::domain::{McpServer, PresetSpec, SecretUrl, Transport, UserId};
 use crate::error::{Error, Resource, Result};
-use crate::mcp::{UpstreamSpec, UpstreamTransport};
+use crate::mcp::{StdioLimits, UpstreamSpec, UpstreamTransport};
 use crate::pool::ServerRuntime;
 
 impl UpstreamService {
@@ -48,6 +48,7 @@ impl UpstreamService {
                 env: launch.env.expose().clone(),
                 inherited_env: self.inherited_env(),
                 working_dir: self.working_dir(&server),
+                limits: self.stdio_limits(None),
             },
             Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
                 url: endpoint.url.clone(),
@@ -76,6 +77,7 @@ impl UpstreamService {
                     env: resolved.env.expose().clone(),
                     inherited_env: self.inherited_env(),
                     working_dir: self.working_dir(&server),
+                    limits: self.stdio_limits(Some(&preset.spec)),
                 }
             }
             Transport::Sse(endpoint) => UpstreamTransport::Sse {
@@ -134,6 +136,21 @@ impl UpstreamService {
             env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
         }
         env.into_iter().collect()
+    }
+
+    /// The operator's limits on one stdio server: its preset's, else the pool's (0: none).
+    fn stdio_limits(&self, preset: Option<&PresetSpec>) -> StdioLimits {
+        let pool = &self.settings.pool;
+        let memory_mib = preset
+            .and_then(|p| p.memory_limit_mib)
+            .map_or(pool.stdio_memory_limit_mib, u64::from);
+        let tasks = preset
+            .and_then(|p| p.max_tasks)
+            .unwrap_or(pool.stdio_max_tasks_per_server);
+        StdioLimits {
+            memory_bytes: (memory_mib > 0).then(|| memory_mib.saturating_mul(1024 * 1024)),
+            processes: (tasks > 0).then_some(tasks),
+        }
     }
 
     /// `<data_dir>/work/<hash of user>/<server id>`: per user and server, no user text in paths.

@@ -123,6 +123,7 @@ async fn dropping_the_transport_ends_the_whole_group() {
     let (mut transport, _) = StdioTransport::spawn(StdioCommand {
         command,
         max_message_bytes: 1024,
+        limits: Default::default(),
     })
     .unwrap();
     let pgid = transport.pid() as i32;

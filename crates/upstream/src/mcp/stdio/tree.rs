@@ -6,11 +6,16 @@
 //! is known by pid and start time, so that it stays the server's when its parent exits:
 //! it is counted against the limits, signalled on every stop, and its own group is listed
 //! with the guard for a SIGKILL of the service. A process that leaves and whose parent
-//! exits before any reading saw it is not found; the service reads `/proc` every
-//! [`SURVEY_EVERY`] while stdio servers run, and before each stop.
+//! exits before any reading saw it is not found by parentage (a double fork), only by
+//! the server's cgroup where it has one ([`super::cgroup`]): its members are read with
+//! each survey. The service reads `/proc` every [`SURVEY_EVERY`] while stdio servers
+//! run, and before each stop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::cgroup::ServerCgroup;
 
 /// How often the live servers' processes are read again.
 pub(super) const SURVEY_EVERY: Duration = Duration::from_secs(1);
@@ -118,6 +123,8 @@ pub(super) struct Escaped {
     /// Groups led by one of the server's processes (a `setsid` makes one), listed with
     /// the guard.
     pub(super) groups: BTreeSet<i32>,
+    /// The server's cgroup, where it has one: every process in it is the server's.
+    pub(super) cgroup: Option<Arc<ServerCgroup>>,
 }
 
 impl Escaped {
@@ -137,9 +144,15 @@ impl Escaped {
         let mut groups = self.groups.clone();
         groups.insert(pgid);
         let mut members = BTreeSet::new();
+        let in_cgroup = self
+            .cgroup
+            .as_ref()
+            .map(|cgroup| cgroup.members())
+            .unwrap_or_default();
         let roots: Vec<i32> = table
             .in_groups(&groups)
             .chain(self.processes.keys().copied())
+            .chain(in_cgroup)
             .collect();
         for root in roots {
             table.subtree(root, &mut members);
