@@ -65,12 +65,15 @@ fn cgroups_here(controller: Option<&str>) -> bool {
                 .iter()
                 .any(|mount| {
                     let dir = format!("{mount}{path}");
-                    let available = std::fs::read_to_string(format!("{dir}/cgroup.controllers"))
-                        .is_ok_and(|c| {
-                            controller
-                                .is_none_or(|wanted| c.split_whitespace().any(|c| c == wanted))
-                        });
-                    available && probe(dir)
+                    // v2 enables a controller for a cgroup's children only while it
+                    // holds no process (the service moves itself into a leaf when it
+                    // is alone, which a test's service never is): found as the service
+                    // would find it.
+                    let enabled = controller.is_none_or(|wanted| {
+                        let on = format!("+{wanted}");
+                        std::fs::write(format!("{dir}/cgroup.subtree_control"), on).is_ok()
+                    });
+                    enabled && probe(dir)
                 })
         } else {
             controllers

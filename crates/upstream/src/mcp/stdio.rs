@@ -325,10 +325,12 @@ async fn end_group(pgid: i32, leader: &mut Child) {
     if tokio::time::timeout(TERM_GRACE, gone).await.is_err() {
         signal_all(pgid, &escaped, Signal::SIGKILL);
         let _ = leader.wait().await;
-        // SIGKILL is not refused, but each process takes a moment to go.
+        // SIGKILL is not refused, but each process takes a moment to go, and one may have
+        // forked between a reading of the cgroup and the kill: kill what is left again.
         let _ = tokio::time::timeout(TERM_GRACE, async {
             while any_alive(&escaped) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
+                signal_all(pgid, &escaped, Signal::SIGKILL);
             }
         })
         .await;
@@ -444,11 +446,13 @@ while IFS= read -r line; do
   esac
 done
 for group in $groups; do kill -KILL "-$group" 2>/dev/null; done
-for base in "$@"; do
-  for server in "$base"/*/; do
-    [ -e "${server}cgroup.procs" ] || continue
-    [ -e "${server}cgroup.kill" ] && echo 1 > "${server}cgroup.kill"
-    while IFS= read -r pid; do kill -KILL "$pid" 2>/dev/null; done < "${server}cgroup.procs"
+for pass in 1 2 3; do
+  for base in "$@"; do
+    for server in "$base"/server-*/; do
+      [ -e "${server}cgroup.procs" ] || continue
+      [ -e "${server}cgroup.kill" ] && echo 1 > "${server}cgroup.kill"
+      while IFS= read -r pid; do kill -KILL "$pid" 2>/dev/null; done < "${server}cgroup.procs"
+    done
   done
 done
 "#;

@@ -3,15 +3,22 @@
 //! parentage [`super::tree`] follows, not a cgroup), and its memory and process count
 //! can be limited.
 //!
-//! Each server's cgroup is `<hierarchy>/<the service's own cgroup>/mcp-pool-<pid>/s<n>`,
-//! in every hierarchy it needs: cgroup v2 where it is mounted and writable (membership,
-//! `cgroup.kill`, and the limits where its `memory` and `pids` controllers can be enabled
-//! for the service's children); cgroup v1's `pids` and `memory` hierarchies for what v2
-//! does not give. A server joins its cgroups between `fork` and `exec`, so it never runs
-//! outside them. Where no hierarchy is writable, servers run without (parentage alone).
+//! Each server's cgroup is `<hierarchy>/<the service's own cgroup>/<instance>/server-<n>`
+//! (`<instance>` is `mcp-pool-<pid>-<start time>`), in every hierarchy it needs: cgroup
+//! v2 where it is mounted and writable (membership, `cgroup.kill`, and the limits where
+//! its `memory` and `pids` controllers can be enabled for the service's children);
+//! cgroup v1's `pids` and `memory` hierarchies for what v2 does not give. A server joins
+//! its cgroups between `fork` and `exec`, so it never runs outside them. Where no
+//! hierarchy is writable, servers run without (parentage alone).
 //!
-//! Directories of an instance that is gone (`mcp-pool-<pid>` of a dead pid) are emptied
-//! and removed when the next instance starts in the same cgroup.
+//! v2 lets a cgroup enable controllers for its children only while it holds no process
+//! itself (the real root excepted). A service alone in its cgroup (a systemd unit with
+//! `Delegate=yes`, a container's own cgroup namespace) moves itself into a leaf,
+//! `<instance>/service`, first, as container runtimes do; a service that shares its
+//! cgroup with other processes gets membership alone there.
+//!
+//! Directories of an instance that is gone (no process with its pid and start time) are
+//! emptied and removed when the next instance starts in the same cgroup.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
@@ -75,7 +82,9 @@ impl Cgroups {
     fn find() -> Self {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let instance = format!("mcp-pool-{}", std::process::id());
+        let Some(instance) = instance_name(std::process::id() as i32) else {
+            return Self::default();
+        };
         let mut hierarchies = Vec::new();
         for mount in mounts.lines().filter_map(CgroupMount::parse) {
             let Some(own_path) = mount.own_path(&own) else {
@@ -89,10 +98,7 @@ impl Cgroups {
             }
             let (memory, pids) = match mount.version {
                 Version::V1 => (mount.has("memory"), mount.has("pids")),
-                Version::V2 => (
-                    enable_controller(&own_dir, &base, "memory"),
-                    enable_controller(&own_dir, &base, "pids"),
-                ),
+                Version::V2 => enable_v2_controllers(&own_dir, &base),
             };
             if mount.version == Version::V1 && !memory && !pids {
                 // Other v1 controllers add nothing a server needs.
@@ -134,7 +140,7 @@ impl Cgroups {
         let Some(first) = self.hierarchies.first() else {
             return Ok(None);
         };
-        let name = format!("s{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let name = format!("server-{}", self.next.fetch_add(1, Ordering::Relaxed));
         let memory_home = self.hierarchies.iter().find(|h| h.memory);
         let pids_home = self.hierarchies.iter().find(|h| h.pids);
         let mut cgroup = ServerCgroup {
@@ -229,7 +235,8 @@ impl ServerCgroup {
     }
 
     /// `signal` to every process in the cgroup; SIGKILL through `cgroup.kill` where v2
-    /// has it (no process can fork past it).
+    /// has it (no process can fork past it). Without it a process may fork between the
+    /// reading and the kill: callers send SIGKILL again while any is left.
     pub(crate) fn signal(&self, signal: Signal) {
         if signal == Signal::SIGKILL
             && let Some((dir, Version::V2)) = self.dirs.first()
@@ -313,6 +320,11 @@ fn set_memory_limit(dir: &Path, version: Version, bytes: u64) -> Result<(), Stri
         }
         Version::V2 => {
             write(&dir.join("memory.max"), &bytes)?;
+            // Over the limit, the whole server goes, not just its largest process.
+            let group = dir.join("memory.oom.group");
+            if group.exists() {
+                write(&group, "1")?;
+            }
             let swap = dir.join("memory.swap.max");
             if swap.exists() {
                 write(&swap, "0")?;
@@ -334,19 +346,59 @@ fn counter(path: &Path, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Enables a v2 controller for the service's children and theirs: possible where the
-/// service's own cgroup is the root of its namespace, or holds no process itself.
-fn enable_controller(own: &Path, base: &Path, controller: &str) -> bool {
-    let available = std::fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
-    if !available.split_whitespace().any(|c| c == controller) {
-        return false;
+/// The leaf a service alone in its v2 cgroup moves itself into (see the module's doc);
+/// the watchdog leaves it alone.
+pub(crate) const SERVICE_LEAF: &str = "service";
+
+/// Enables v2's `memory` and `pids` controllers for the servers' cgroups, where the
+/// service's cgroup offers them: at once where the kernel allows (the real root, or a
+/// cgroup without processes), else after moving the service into `<base>/service` if
+/// it is alone in its cgroup. Says which are on.
+fn enable_v2_controllers(own: &Path, base: &Path) -> (bool, bool) {
+    let offered = std::fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
+    let wanted: Vec<&str> = ["memory", "pids"]
+        .into_iter()
+        .filter(|c| offered.split_whitespace().any(|o| o == *c))
+        .collect();
+    if wanted.is_empty() {
+        return (false, false);
     }
-    let on = format!("+{controller}");
-    std::fs::write(own.join("cgroup.subtree_control"), &on).is_ok()
-        && std::fs::write(base.join("cgroup.subtree_control"), &on).is_ok()
+    let enable = |dir: &Path, controller: &str| {
+        std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}")).is_ok()
+    };
+    let mut on: Vec<&str> = wanted.iter().copied().filter(|c| enable(own, c)).collect();
+    if on.len() < wanted.len() && alone_in(own) {
+        let leaf = base.join(SERVICE_LEAF);
+        let moved = std::fs::create_dir(&leaf).is_ok()
+            && std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).is_ok();
+        if moved {
+            tracing::info!(cgroup = %leaf.display(), "moved the service into a leaf cgroup, so its servers' cgroups can have memory and pids limits");
+            on = wanted.iter().copied().filter(|c| enable(own, c)).collect();
+        } else {
+            let _ = std::fs::remove_dir(&leaf);
+        }
+    }
+    let on: Vec<&str> = on.into_iter().filter(|c| enable(base, c)).collect();
+    (on.contains(&"memory"), on.contains(&"pids"))
 }
 
-/// Empties and removes what instances that are gone left beside this one.
+/// Whether the service is the only process in the cgroup `dir`.
+fn alone_in(dir: &Path) -> bool {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let me = std::process::id().to_string();
+    procs.lines().all(|pid| pid.trim() == me)
+}
+
+/// `mcp-pool-<pid>-<start time>`: names one instance even where pids are reused.
+fn instance_name(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let start = super::tree::start_time(pid, &stat)?;
+    Some(format!("mcp-pool-{pid}-{start}"))
+}
+
+/// Empties and removes what instances that are gone left beside this one: their
+/// watchdog killed what it could when they died, this kills what is left. Each
+/// directory is tried once; one still busy is left for the next start.
 fn remove_stale(own_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(own_dir) else {
         return;
@@ -356,11 +408,12 @@ fn remove_stale(own_dir: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix("mcp-pool-"))
+            .and_then(|rest| rest.split('-').next())
             .and_then(|pid| pid.parse::<i32>().ok())
         else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if instance_name(pid).is_some_and(|live| name.to_str() == Some(live.as_str())) {
             continue;
         }
         let base = entry.path();
@@ -373,13 +426,7 @@ fn remove_stale(own_dir: &Path) {
             for pid in procs.lines().filter_map(|l| l.trim().parse().ok()) {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
-            // Killed processes leave the cgroup as they exit.
-            for _ in 0..50 {
-                if std::fs::remove_dir(&dir).is_ok() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+            let _ = std::fs::remove_dir(&dir);
         }
         let _ = std::fs::remove_dir(&base);
     }
@@ -431,8 +478,10 @@ impl CgroupMount {
             };
             matches.then(|| path.to_owned())
         })?;
-        let relative = path.strip_prefix(self.root.trim_end_matches('/'))?;
-        Some(relative.to_owned())
+        // Whole components only: a mount of `/a` does not show `/ab`.
+        let root = self.root.trim_end_matches('/');
+        let relative = path.strip_prefix(root)?;
+        (relative.is_empty() || relative.starts_with('/')).then(|| relative.to_owned())
     }
 }
 
@@ -480,6 +529,7 @@ mod tests {
         assert_eq!(v2.own_path(own).as_deref(), Some("/session-1.scope"));
         // A cgroup outside what the mount shows cannot be reached through it.
         assert_eq!(v2.own_path("0::/system.slice\n"), None);
+        assert_eq!(v2.own_path("0::/user.slicex/a\n"), None);
 
         assert!(CgroupMount::parse("22 1 0:5 / /proc rw - proc proc rw").is_none());
         assert_eq!(unescape(r"/a\040b"), "/a b");

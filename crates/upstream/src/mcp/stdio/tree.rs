@@ -91,6 +91,11 @@ pub(super) fn is_running(pid: i32, start: u64) -> bool {
         .is_some_and(|process| process.start == start)
 }
 
+/// A process's start time (clock ticks after boot) from its `stat` line.
+pub(super) fn start_time(pid: i32, stat: &str) -> Option<u64> {
+    parse_stat(pid, stat).map(|process| process.start)
+}
+
 /// `pid (comm) state ppid pgrp session … starttime(22) vsize rss(24) …`; `comm` may hold
 /// spaces and parentheses, so fields are counted after its last `)`.
 fn parse_stat(pid: i32, stat: &str) -> Option<Process> {
