@@ -341,28 +341,28 @@ async fn end_group(pgid: i32, leader: &mut Child) {
 /// `signal` to the group, to the groups its processes lead, to each process that left
 /// it and is still the process that left (not a new one with its pid), and to every
 /// process in the server's cgroup.
-fn signal_all(pgid: i32, escaped: &tree::Escaped, signal: Signal) {
-    if let Some(cgroup) = &escaped.cgroup {
+fn signal_all(pgid: i32, live: &LiveGroup, signal: Signal) {
+    if let Some(cgroup) = &live.cgroup {
         cgroup.signal(signal);
     }
     let _ = killpg(Pid::from_raw(pgid), signal);
-    for group in &escaped.groups {
+    for group in &live.escaped.groups {
         let _ = killpg(Pid::from_raw(*group), signal);
     }
-    for (pid, start) in &escaped.processes {
+    for (pid, start) in &live.escaped.processes {
         if tree::is_running(*pid, *start) {
             let _ = nix::sys::signal::kill(Pid::from_raw(*pid), signal);
         }
     }
 }
 
-fn any_alive(escaped: &tree::Escaped) -> bool {
-    escaped
-        .cgroup
+fn any_alive(live: &LiveGroup) -> bool {
+    live.cgroup
         .as_ref()
         .is_some_and(|cgroup| !cgroup.members().is_empty())
-        || escaped.groups.iter().any(|group| group_alive(*group))
-        || escaped
+        || live.escaped.groups.iter().any(|group| group_alive(*group))
+        || live
+            .escaped
             .processes
             .iter()
             .any(|(pid, start)| tree::is_running(*pid, *start))
@@ -424,6 +424,14 @@ pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
     guard().survey()
 }
 
+/// A live server's group as the guard keeps it: what left the group, and its cgroup
+/// where it has one (every process in it is the server's).
+#[derive(Debug, Clone, Default)]
+struct LiveGroup {
+    escaped: tree::Escaped,
+    cgroup: Option<Arc<ServerCgroup>>,
+}
+
 /// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
 /// a terminal's Ctrl-C does not reach it. When its stdin closes (the service exited, or
 /// was killed with SIGKILL) it kills every group still listed and every process in the
@@ -431,7 +439,7 @@ pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
 pub(crate) struct GroupGuard {
     pipe: Mutex<Option<std::process::ChildStdin>>,
     /// Each live group, with what left it.
-    live: Mutex<BTreeMap<i32, tree::Escaped>>,
+    live: Mutex<BTreeMap<i32, LiveGroup>>,
     page_bytes: u64,
 }
 
@@ -520,9 +528,9 @@ impl GroupGuard {
         let mut live = self.live.lock().expect("guard list");
         live.insert(
             pgid,
-            tree::Escaped {
+            LiveGroup {
+                escaped: tree::Escaped::default(),
                 cgroup,
-                ..Default::default()
             },
         );
         self.tell(format!("+{pgid}\n"));
@@ -531,14 +539,17 @@ impl GroupGuard {
     /// Forgets the group and the groups its processes led.
     fn remove(&self, pgid: i32) {
         let mut live = self.live.lock().expect("guard list");
-        let groups = live.remove(&pgid).map(|e| e.groups).unwrap_or_default();
+        let groups = live
+            .remove(&pgid)
+            .map(|e| e.escaped.groups)
+            .unwrap_or_default();
         for group in std::iter::once(pgid).chain(groups) {
             self.tell(format!("-{group}\n"));
         }
     }
 
     /// What left the group, as last read.
-    fn escaped(&self, pgid: i32) -> tree::Escaped {
+    fn escaped(&self, pgid: i32) -> LiveGroup {
         self.live
             .lock()
             .expect("guard list")
@@ -557,8 +568,15 @@ impl GroupGuard {
         let table = tree::ProcessTable::read();
         let mut usage = BTreeMap::new();
         let mut live = self.live.lock().expect("guard list");
-        for (pgid, escaped) in live.iter_mut() {
-            let (now, new_groups) = escaped.survey(*pgid, &table, self.page_bytes);
+        for (pgid, group) in live.iter_mut() {
+            let in_cgroup = group
+                .cgroup
+                .as_ref()
+                .map(|cgroup| cgroup.members())
+                .unwrap_or_default();
+            let (now, new_groups) = group
+                .escaped
+                .survey(*pgid, in_cgroup, &table, self.page_bytes);
             usage.insert(*pgid, now);
             for group in new_groups {
                 self.tell(format!("+{group}\n"));

@@ -7,15 +7,12 @@
 //! it is counted against the limits, signalled on every stop, and its own group is listed
 //! with the guard for a SIGKILL of the service. A process that leaves and whose parent
 //! exits before any reading saw it is not found by parentage (a double fork), only by
-//! the server's cgroup where it has one ([`super::cgroup`]): its members are read with
-//! each survey. The service reads `/proc` every [`SURVEY_EVERY`] while stdio servers
+//! the server's cgroup where it has one: its members, read by the caller, are taken in
+//! with each survey. The service reads `/proc` every [`SURVEY_EVERY`] while stdio servers
 //! run, and before each stop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
-
-use super::cgroup::ServerCgroup;
 
 /// How often the live servers' processes are read again.
 pub(super) const SURVEY_EVERY: Duration = Duration::from_secs(1);
@@ -128,17 +125,16 @@ pub(super) struct Escaped {
     /// Groups led by one of the server's processes (a `setsid` makes one), listed with
     /// the guard.
     pub(super) groups: BTreeSet<i32>,
-    /// The server's cgroup, where it has one: every process in it is the server's.
-    pub(super) cgroup: Option<Arc<ServerCgroup>>,
 }
 
 impl Escaped {
-    /// Finds the processes of the server whose group is `pgid` in `table`, records those
-    /// that left the group, and tells what the server runs. Returns the groups newly led
-    /// by one of its processes.
+    /// Finds the processes of the server whose group is `pgid` in `table` (and those in
+    /// its cgroup, `in_cgroup`), records those that left the group, and tells what the
+    /// server runs. Returns the groups newly led by one of its processes.
     pub(super) fn survey(
         &mut self,
         pgid: i32,
+        in_cgroup: Vec<i32>,
         table: &ProcessTable,
         page_bytes: u64,
     ) -> (GroupUsage, Vec<i32>) {
@@ -149,11 +145,6 @@ impl Escaped {
         let mut groups = self.groups.clone();
         groups.insert(pgid);
         let mut members = BTreeSet::new();
-        let in_cgroup = self
-            .cgroup
-            .as_ref()
-            .map(|cgroup| cgroup.members())
-            .unwrap_or_default();
         let roots: Vec<i32> = table
             .in_groups(&groups)
             .chain(self.processes.keys().copied())
