@@ -224,14 +224,10 @@ impl ServerCgroup {
 
     /// The processes in the cgroup now.
     pub(crate) fn members(&self) -> Vec<i32> {
-        let Some((dir, _)) = self.dirs.first() else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(dir.join("cgroup.procs"))
+        self.dirs
+            .first()
+            .map(|(dir, _)| procs_in(dir))
             .unwrap_or_default()
-            .lines()
-            .filter_map(|line| line.trim().parse().ok())
-            .collect()
     }
 
     /// `signal` to every process in the cgroup; SIGKILL through `cgroup.kill` where v2
@@ -384,9 +380,17 @@ fn enable_v2_controllers(own: &Path, base: &Path) -> (bool, bool) {
 
 /// Whether the service is the only process in the cgroup `dir`.
 fn alone_in(dir: &Path) -> bool {
-    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-    let me = std::process::id().to_string();
-    procs.lines().all(|pid| pid.trim() == me)
+    let me = std::process::id() as i32;
+    procs_in(dir).into_iter().all(|pid| pid == me)
+}
+
+/// The processes in the cgroup `dir` (none if it cannot be read).
+fn procs_in(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
 }
 
 /// `mcp-pool-<pid>-<start time>`: names one instance even where pids are reused.
@@ -422,8 +426,7 @@ fn remove_stale(own_dir: &Path) {
             if !dir.is_dir() {
                 continue;
             }
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse().ok()) {
+            for pid in procs_in(&dir) {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
             let _ = std::fs::remove_dir(&dir);
