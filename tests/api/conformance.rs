@@ -36,6 +36,21 @@ async fn the_gateway_runs_calls_as_tasks_as_the_tasks_extension_asks() {
     .await;
 }
 
+/// The same scenarios with an upstream that serves the tasks extension itself (the fixture
+/// with `--serve-tasks`): the gateway follows its tasks and passes every scenario that
+/// upstream passes alone, over streamable HTTP and over stdio (`MODE=upstream`).
+#[tokio::test]
+async fn the_gateway_passes_what_a_task_serving_upstream_passes_alone() {
+    run_script(
+        "tasks.sh",
+        &[
+            ("FIXTURE", crate::upstreams::fixture_binary()),
+            ("MODE", "upstream"),
+        ],
+    )
+    .await;
+}
+
 async fn run_server_scenarios(spec: &str) {
     run_script("run.sh", &[("SPEC", spec)]).await;
 }

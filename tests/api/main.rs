@@ -58,6 +58,7 @@ mod teardown;
 mod tool_call_rows;
 mod tool_calls;
 mod upstream_sessions;
+mod upstream_tasks;
 mod upstreams;
 mod url_secrets;
 mod validation;

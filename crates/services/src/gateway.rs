@@ -411,12 +411,14 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let modern = speaks_modern(&context);
-        // A retry of a round goes on as the round; any other call of a client that
-        // declares tasks may become one.
-        if tasks::declares_tasks(&context)
-            && request.request_state.is_none()
-            && request.input_responses.is_none()
-        {
+        // A retry of one of the gateway's own rounds goes on as the round; any other call
+        // of a client that declares tasks may become one (an upstream's round retried
+        // too: the upstream may make a task of the retry).
+        let own_round = request
+            .request_state
+            .as_deref()
+            .is_some_and(rounds::Rounds::made_here);
+        if tasks::declares_tasks(&context) && !own_round {
             let mut response = Box::pin(self.call_as_task(request, context)).await;
             if let Ok(CallToolResponse::Complete(result)) = &mut response {
                 typed(&mut result.result_type, modern);

@@ -114,6 +114,8 @@ impl GatewayHandler {
                         relayed,
                         timeout: None,
                         origin: principal_owned.origin(),
+                        without_tasks: true,
+                        became_task: None,
                     };
                     let result = service
                         .call(
@@ -176,6 +178,8 @@ impl GatewayHandler {
                 relayed,
                 timeout: None,
                 origin: principal.origin(),
+                without_tasks: true,
+                became_task: None,
             },
             &cancel,
             self.max_result_bytes,

@@ -19,8 +19,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities,
     CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, CreateTaskResult,
     DetailedTask, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, InputRequest,
-    InputRequests, InputResponses, JsonObject, ListRootsRequest, ListRootsResult, Task,
-    TaskPayload, TaskStatus as WireStatus,
+    InputRequests, InputRequiredResult, InputResponses, JsonObject, ListRootsRequest,
+    ListRootsResult, Task, TaskPayload, TaskStatus as WireStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -185,13 +185,20 @@ fn task_end(outcome: Result<CallToolResponse, ErrorData>) -> TaskEnd {
         Ok(CallToolResponse::Complete(result)) => {
             TaskEnd::Completed(serde_json::to_value(result).unwrap_or_default())
         }
+        Ok(CallToolResponse::InputRequired(asked)) => {
+            TaskEnd::Asked(serde_json::to_value(asked).unwrap_or_default())
+        }
         Ok(_) => TaskEnd::failed(
             ErrorCode::INTERNAL_ERROR.0,
-            "the server asked for input in a round, which the gateway does not relay into a task",
+            "the server answered the call with a task of its own where none was expected",
             "MCP_PROTOCOL_ERROR",
         ),
         Err(error) => TaskEnd::Failed(serde_json::to_value(error).unwrap_or_default()),
     }
+}
+
+fn unreadable(what: &str, error: serde_json::Error) -> ErrorData {
+    ErrorData::internal_error(format!("{what} was unreadable: {error}"), None)
 }
 
 impl GatewayHandler {
@@ -216,6 +223,10 @@ impl GatewayHandler {
         };
         let (service, max_result_bytes) = (self.service.clone(), self.max_result_bytes);
         let timeout = tasks.call_timeout();
+        // A 2026-07-28 client takes its upstream's rounds itself until the call is a task
+        // (the upstream may ask first and make a task of the retry).
+        let relayed =
+            super::relayed_round(request.input_responses, request.request_state, &context);
         let arguments = request.arguments;
         let client = context.client_capabilities();
         let start = tasks.start(new, Some(tasks.inline_wait()), move |task| {
@@ -226,10 +237,15 @@ impl GatewayHandler {
                     task: task.clone(),
                     client,
                 });
+                // The server making a task of the call makes ours at once: the upstream's
+                // task is followed by this one, its id never shown to the client.
+                let (made, made_upstream) = tokio::sync::oneshot::channel();
                 let caller = Caller {
                     live: Some(&live),
                     downstream: Some(asked),
                     timeout: Some(timeout),
+                    relayed,
+                    became_task: Some(made),
                     ..Caller::default()
                 };
                 let call = service.call(
@@ -240,7 +256,8 @@ impl GatewayHandler {
                     &cancel,
                     max_result_bytes,
                 );
-                task_end(call_outcome(task.saying(call, progress).await))
+                let call = task.becomes_task_when(made_upstream, task.saying(call, progress));
+                task_end(call_outcome(call.await))
             })
         });
         // The client's cancellation while it waits inline cancels the call (a task already
@@ -253,13 +270,14 @@ impl GatewayHandler {
         };
         match started {
             Started::Inline(TaskEnd::Completed(result)) => {
-                let result: CallToolResult = serde_json::from_value(result).map_err(|error| {
-                    ErrorData::internal_error(
-                        format!("the call's result was unreadable: {error}"),
-                        None,
-                    )
-                })?;
+                let result: CallToolResult = serde_json::from_value(result)
+                    .map_err(|error| unreadable("the call's result", error))?;
                 Ok(result.into())
+            }
+            Started::Inline(TaskEnd::Asked(asked)) => {
+                let asked: InputRequiredResult = serde_json::from_value(asked)
+                    .map_err(|error| unreadable("the server's questions", error))?;
+                Ok(asked.into())
             }
             Started::Inline(TaskEnd::Failed(error)) => Err(serde_json::from_value(error)
                 .unwrap_or_else(|_| ErrorData::internal_error("the call failed", None))),

@@ -42,6 +42,11 @@ pub enum TaskEnd {
     /// The call could not be made or did not finish: a JSON-RPC error object
     /// (`{code, message, data}`), `data.code` the service's stable code.
     Failed(Value),
+    /// The server asked the caller for input in a round (2026-07-28) before it decided
+    /// to make a task of the call (an `InputRequiredResult`): the caller waiting inline
+    /// takes it and retries with its answers. A task already made cannot give it back,
+    /// and fails saying so.
+    Asked(Value),
 }
 
 impl TaskEnd {
@@ -59,6 +64,17 @@ impl TaskEnd {
         match self {
             TaskEnd::Completed(result) => (TaskStatus::Completed, Some(result), None),
             TaskEnd::Failed(error) => (TaskStatus::Failed, None, Some(error)),
+            TaskEnd::Asked(_) => (
+                TaskStatus::Failed,
+                None,
+                Some(error_object(
+                    -32603,
+                    "the server asked for input in a round after the call had become a task; \
+                     call the tool again"
+                        .into(),
+                    "MCP_PROTOCOL_ERROR",
+                )),
+            ),
         }
     }
 }
@@ -189,9 +205,16 @@ impl Tasks {
         tokio::spawn(self.clone().run(run, call));
         // A caller that goes away while it waits inline takes the call with it.
         let abandon = shared.cancel.clone().drop_guard();
-        if let Some(wait) = inline
-            && let Ok(end) = tokio::time::timeout(wait, &mut ended).await
-        {
+        // The inline wait ends early when the server made a task of the call itself
+        // (`TaskHandle::becomes_task_when`): it decided the call is long.
+        let inline_end = match inline {
+            Some(wait) => tokio::select! {
+                end = tokio::time::timeout(wait, &mut ended) => end.ok(),
+                () = shared.promoted.notified() => None,
+            },
+            None => None,
+        };
+        if let Some(end) = inline_end {
             abandon.disarm();
             return match end {
                 Ok(end) => Ok(Started::Inline(end)),

@@ -51,6 +51,10 @@ pub struct Caller<'a> {
     pub timeout: Option<Duration>,
     /// Who asked, for the call's audit row.
     pub origin: CallOrigin,
+    /// A gateway client that did not declare the tasks extension (see `mcp::CallPeers`).
+    pub without_tasks: bool,
+    /// Told when the server made a task of the call (see `mcp::CallPeers`).
+    pub became_task: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
@@ -309,6 +313,8 @@ impl UpstreamService {
             downstream,
             relayed,
             timeout,
+            without_tasks,
+            became_task,
             ..
         } = caller;
         let spec = &lease.runtime.server.spec;
@@ -356,6 +362,8 @@ impl UpstreamService {
                 live,
                 downstream,
                 relayed,
+                without_tasks,
+                became_task,
             },
         ))
         .await

@@ -18,6 +18,8 @@ use super::McpError;
 use super::auth::ChallengeSlot;
 use super::handler::PoolClientHandler;
 
+mod task;
+
 /// Upper bound on pages followed for one list, so a server cannot loop us forever.
 const MAX_LIST_PAGES: usize = 64;
 
@@ -73,6 +75,14 @@ pub struct CallPeers<'a> {
     /// state, and what the server asks goes back to the caller unchanged, its keys and
     /// state the server's own. `None`: the pool answers the rounds.
     pub relayed: Option<RelayedRound>,
+    /// The caller did not declare the tasks extension (a gateway client): the server is
+    /// not told the pool would take a task, so it answers as it would that client
+    /// directly (a tool it runs only as a task: -32021). Otherwise the pool declares the
+    /// extension to a server that offers it and follows a task made of the call.
+    pub without_tasks: bool,
+    /// Told when the server made a task of the call: a gateway client's call then becomes
+    /// a task at once, as the server decided, instead of after the inline wait.
+    pub became_task: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// A caller's retry of a 2026-07-28 round: its answers and the server's `requestState`,
@@ -526,9 +536,12 @@ impl McpClient {
             live,
             downstream,
             relayed,
+            without_tasks,
+            mut became_task,
         } = peers;
         // In flight until this function returns or is dropped: what the server asks
         // meanwhile goes to `downstream`.
+        let asker = downstream.clone();
         let _caller = self.service.service().callers.enter(downstream);
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
@@ -541,6 +554,11 @@ impl McpClient {
                 (true, meta)
             }
             _ => (false, None),
+        };
+        // A relayed round names its caller's capabilities, tasks among them or not.
+        let meta = match meta {
+            None if !without_tasks && self.offers_tasks() => Some(self.meta_declaring_tasks()),
+            meta => meta,
         };
         // A 2026-07-28 server asks its questions in rounds (SEP-2322): each is answered
         // as a server-to-client request would be (the caller, else the user) and the call
@@ -570,6 +588,34 @@ impl McpClient {
                 ServerResult::InputRequiredResult(asked) => {
                     (params.input_responses, params.request_state) =
                         rounds.answer(&self.service, asked).await?;
+                }
+                ServerResult::CreateTaskResult(created) => {
+                    if let Some(tell) = became_task.take() {
+                        let _ = tell.send(());
+                    }
+                    // The requests that follow it declare the extension as the call did.
+                    let meta = meta
+                        .clone()
+                        .filter(|meta| {
+                            meta.client_capabilities()
+                                .is_some_and(|capabilities| capabilities.supports_tasks())
+                        })
+                        .unwrap_or_else(|| self.meta_declaring_tasks());
+                    let result = self
+                        .follow_task(
+                            created.task,
+                            meta,
+                            (timeout, max_total),
+                            live,
+                            asker.clone(),
+                            &mut progress,
+                        )
+                        .await?;
+                    return Ok(CallOutcome {
+                        result,
+                        progress,
+                        input_required: None,
+                    });
                 }
                 other => return Err(unexpected(&other)),
             }

@@ -48,6 +48,70 @@ pub struct PoolClientHandler {
 }
 
 impl PoolClientHandler {
+    async fn elicit_through(
+        &self,
+        asker: Arc<dyn super::downstream::Downstream>,
+        mut request: ElicitRequestParams,
+    ) -> Result<ElicitResult, ErrorData> {
+        // Whoever is asked (a user on their event stream, a gateway client), a URL-mode
+        // question never sends a person to a script, an inline document or plain http: it
+        // is refused to the server here, and what is passed on is the URL as parsed.
+        if let ElicitRequestParams::UrlElicitationParams { url, .. } = &mut request {
+            let checked = self
+                .url_policy
+                .check_for_person(url, "the elicitation's url")
+                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+            *url = checked.to_string();
+        }
+        asker.elicit(request).await
+    }
+
+    /// The asker's own roots, else the server's configured ones.
+    async fn roots_through(
+        &self,
+        asker: Option<Arc<dyn super::downstream::Downstream>>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        if let Some(asker) = asker
+            && let Some(roots) = asker.roots().await
+        {
+            return roots;
+        }
+        Ok(ListRootsResult::new(self.roots.clone()))
+    }
+
+    /// One of a task's questions (its `inputRequests`), put to `asker`, the caller of the
+    /// call the task was made of: unlike a server-to-client request, the call is known, so
+    /// no guess among the calls in flight. `None`: as a server-to-client request.
+    pub(super) async fn answer_input(
+        &self,
+        asker: Option<Arc<dyn super::downstream::Downstream>>,
+        request: rmcp::model::InputRequest,
+    ) -> Result<serde_json::Value, ErrorData> {
+        use rmcp::model::InputRequest;
+        let asker = match asker {
+            Some(asker) => Some(asker),
+            None => self.callers.answering().ok(),
+        };
+        let nobody = || ErrorData::invalid_request("nobody can answer the server's question", None);
+        let answer = match request {
+            InputRequest::Elicitation(request) => serde_json::to_value(
+                self.elicit_through(asker.ok_or_else(nobody)?, request.params)
+                    .await?,
+            ),
+            InputRequest::CreateMessage(request) => {
+                serde_json::to_value(asker.ok_or_else(nobody)?.sample(request.params).await?)
+            }
+            InputRequest::ListRoots(_) => serde_json::to_value(self.roots_through(asker).await?),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "a kind of question this service does not know",
+                    None,
+                ));
+            }
+        };
+        answer.map_err(|e| ErrorData::internal_error(format!("an unwritable answer: {e}"), None))
+    }
+
     pub fn new(
         events: mpsc::UnboundedSender<UpstreamEvents>,
         label: &str,
@@ -97,20 +161,11 @@ impl ClientHandler for PoolClientHandler {
 
     async fn create_elicitation(
         &self,
-        mut request: ElicitRequestParams,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        // Whoever is asked (a user on their event stream, a gateway client), a URL-mode
-        // question never sends a person to a script, an inline document or plain http: it
-        // is refused to the server here, and what is passed on is the URL as parsed.
-        if let ElicitRequestParams::UrlElicitationParams { url, .. } = &mut request {
-            let checked = self
-                .url_policy
-                .check_for_person(url, "the elicitation's url")
-                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-            *url = checked.to_string();
-        }
-        self.callers.answering()?.elicit(request).await
+        self.elicit_through(self.callers.answering()?, request)
+            .await
     }
 
     async fn create_message(
@@ -125,12 +180,7 @@ impl ClientHandler for PoolClientHandler {
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        if let Ok(downstream) = self.callers.answering()
-            && let Some(roots) = downstream.roots().await
-        {
-            return roots;
-        }
-        Ok(ListRootsResult::new(self.roots.clone()))
+        self.roots_through(self.callers.answering().ok()).await
     }
 
     async fn on_progress(

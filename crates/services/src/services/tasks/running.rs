@@ -21,6 +21,8 @@ const MESSAGE_EVERY: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(super) struct Shared {
     pub(super) cancel: CancellationToken,
+    /// Notified when the call should become a task at once (the server made one of it).
+    pub(super) promoted: tokio::sync::Notify,
     pub(super) state: Mutex<State>,
     /// Held while the row is written, so the last write carries the latest state.
     pub(super) writing: tokio::sync::Mutex<()>,
@@ -126,6 +128,25 @@ impl TaskHandle {
                 }
                 result = &mut call => return result,
             }
+        }
+    }
+
+    /// Runs `call`, and makes the task at once (ending the starter's inline wait) when
+    /// `made` fires: the server behind made a task of the call.
+    pub async fn becomes_task_when<T>(
+        &self,
+        made: oneshot::Receiver<()>,
+        call: impl std::future::Future<Output = T>,
+    ) -> T {
+        let promote = async {
+            if made.await.is_ok() {
+                self.shared.promoted.notify_one();
+            }
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            result = call => result,
+            () = promote => unreachable!("pending never ends"),
         }
     }
 
