@@ -470,8 +470,28 @@ async fn a_gateway_client_that_declares_tasks_gets_quick_results_inline_and_a_ta
     );
 }
 
+/// The task of a call waiting for approval, once it is `input_required`: its one input
+/// request (key, request) and status message.
+async fn waiting_for_approval(
+    client: &rmcp::Peer<rmcp::RoleClient>,
+    id: &str,
+) -> (String, Value, String) {
+    let mut last = None;
+    for _ in 0..200 {
+        let got = client.get_task(GetTaskParams::new(id)).await.unwrap();
+        if let TaskPayload::InputRequired { input_requests } = &got.task.payload {
+            let (key, request) = input_requests.iter().next().expect("one input request");
+            let message = got.task.task.status_message.clone().unwrap_or_default();
+            return (key.clone(), serde_json::to_value(request).unwrap(), message);
+        }
+        last = Some(got);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the task did not become input_required: {last:?}")
+}
+
 #[tokio::test]
-async fn a_gateway_task_waiting_for_approval_moves_when_the_user_approves() {
+async fn a_gateway_task_waiting_for_approval_is_input_required_until_the_user_approves() {
     let app = spawn_pool_app().await;
     app.fixture_for_a1(&[]).await;
     let token = app.gateway_token("u", "a1").await;
@@ -484,28 +504,74 @@ async fn a_gateway_task_waiting_for_approval_moves_when_the_user_approves() {
         panic!("a call waiting for approval becomes a task: {started:?}")
     };
     let id = created.task.task_id.clone();
-    // Its status message says what it waits for, and for which parked call.
-    let mut message = String::new();
-    for _ in 0..100 {
-        let got = client.get_task(GetTaskParams::new(&id)).await.unwrap();
-        message = got.task.task.status_message.clone().unwrap_or_default();
-        if message.contains("waiting for the user's approval") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let parked = message
-        .split("(message ")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .unwrap_or_else(|| panic!("the status message names the parked call: {message:?}"))
+    // It waits for input the client cannot give: a URL-mode question sending a person
+    // to where calls are approved, naming the parked call; the status message says it.
+    let (_, question, message) = waiting_for_approval(&client, &id).await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    assert_eq!(question["params"]["mode"], "url", "{question}");
+    let url = question["params"]["url"].as_str().unwrap();
+    assert!(url.ends_with("/console/#/approvals"), "{url}");
+    let parked = question["params"]["elicitationId"]
+        .as_str()
+        .unwrap()
         .to_owned();
+    assert!(
+        message.contains("waiting for the user's approval") && message.contains(&parked),
+        "{message}"
+    );
     app.confirm_ok(&parked, "gateway", true).await;
     let done = ended_task(&client, &id).await;
     let TaskPayload::Completed { result } = &done.task.payload else {
         panic!("completed: {done:?}")
     };
     assert_eq!(text_of_result(result), "5");
+}
+
+/// Answering the approval question does not approve: declining it rejects the call.
+#[tokio::test]
+async fn a_client_that_declines_the_approval_question_has_the_call_rejected() {
+    let app = spawn_pool_app().await;
+    app.fixture_for_a1(&[]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = discover(&app, "a1", &token, TasksClient).await;
+    let started = client
+        .call_tool_once(call("fx__add", json!({"a": 2, "b": 3})))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = started else {
+        panic!("a call waiting for approval becomes a task: {started:?}")
+    };
+    let id = created.task.task_id.clone();
+    let (key, question, _) = waiting_for_approval(&client, &id).await;
+    let parked = question["params"]["elicitationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    client
+        .update_task(rmcp::model::UpdateTaskParams::new(
+            &id,
+            [(key, json!({"action": "decline"}))].into_iter().collect(),
+        ))
+        .await
+        .unwrap();
+    let done = ended_task(&client, &id).await;
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("completed with the rejection: {done:?}")
+    };
+    assert_eq!(result.get("isError"), Some(&json!(true)), "{result:?}");
+    assert!(
+        text_of_result(result).contains("Declined through the MCP client"),
+        "{result:?}"
+    );
+    // The parked call is settled: nothing is left waiting for the user.
+    let record = app
+        .user("u", Method::GET, &format!("/api/messages/{parked}"), None)
+        .await;
+    assert_eq!(
+        record.body["toolCalls"][0]["status"], "cancelled",
+        "{}",
+        record.text
+    );
 }
 
 /// A client of the newest revision that declares tasks and answers questions.

@@ -82,6 +82,10 @@ pub struct TaskSettings {
     pub call_timeout_secs: u64,
     /// The polling interval clients are asked to keep.
     pub poll_interval_ms: u64,
+    /// Where a gateway client is sent for a task's call waiting for the user's approval
+    /// (a URL-mode question among the task's `inputRequests`); `{message}` becomes the
+    /// parked call's message id. Empty: the console's approvals page of this service.
+    pub approval_url: String,
 }
 
 /// The operators' web console at `/console` (see `api::console`).
@@ -515,6 +519,18 @@ impl Settings {
                      make a live instance look dead",
                     self.cluster.heartbeat_secs
                 ),
+            });
+        }
+        let approval_url = self.tasks.approval_url.trim();
+        if !approval_url.is_empty()
+            && !matches!(
+                url::Url::parse(&approval_url.replace("{message}", "m")).map(|u| u.scheme().to_owned()),
+                Ok(scheme) if scheme == "http" || scheme == "https"
+            )
+        {
+            return Err(ConfigError::Invalid {
+                key: "tasks.approval_url",
+                reason: "not an http(s) URL".into(),
             });
         }
         for (name, provider) in &self.llm.providers {

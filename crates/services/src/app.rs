@@ -151,6 +151,7 @@ impl Services {
             confirmations.clone(),
             bindings.clone(),
             tasks.clone(),
+            oauth.clone(),
         );
         let xiaozhi = XiaozhiBridges::new(
             gateway.clone(),

@@ -116,6 +116,7 @@ impl GatewayHandler {
                         origin: principal_owned.origin(),
                         without_tasks: true,
                         became_task: None,
+                        task: None,
                     };
                     let result = service
                         .call(
@@ -180,6 +181,7 @@ impl GatewayHandler {
                 origin: principal.origin(),
                 without_tasks: true,
                 became_task: None,
+                task: None,
             },
             &cancel,
             self.max_result_bytes,

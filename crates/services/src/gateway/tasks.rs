@@ -246,6 +246,7 @@ impl GatewayHandler {
                     timeout: Some(timeout),
                     relayed,
                     became_task: Some(made),
+                    task: Some(&task),
                     ..Caller::default()
                 };
                 let call = service.call(

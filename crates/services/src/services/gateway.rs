@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use moka::future::Cache;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -85,12 +85,37 @@ pub struct GatewayService {
     views: Cache<GatewayPrincipal, Arc<ToolView>>,
     /// Calls of clients that declare the tasks extension run as tasks.
     tasks: super::Tasks,
+    /// For this service's public URL (the default approval page).
+    oauth: super::OAuthService,
 }
 
 /// A token's prefix kept in clear so people can tell their tokens apart.
 const TOKEN_PREFIX: &str = "mcpg_";
 
 impl GatewayService {
+    /// The question a task's client gets for a call waiting for the user's approval: where
+    /// a person decides (`tasks.approval_url`), named by the parked call's message.
+    fn approval_question(&self, message: Uuid, tool: &str) -> Value {
+        let configured = self.settings.tasks.approval_url.trim();
+        let url = if configured.is_empty() {
+            format!("{}/console/#/approvals", self.oauth.public_url())
+        } else {
+            configured.replace("{message}", &message.to_string())
+        };
+        json!({
+            "method": "elicitation/create",
+            "params": {
+                "mode": "url",
+                "message": format!(
+                    "The call of '{tool}' waits for the user's approval (message {message}): \
+                     the user approves or rejects it there."
+                ),
+                "url": url,
+                "elicitationId": message.to_string(),
+            }
+        })
+    }
+
     pub fn new(
         store: Store,
         settings: Arc<Settings>,
@@ -98,9 +123,11 @@ impl GatewayService {
         confirmations: Confirmations,
         bindings: super::assistants::BindingCache,
         tasks: super::Tasks,
+        oauth: super::OAuthService,
     ) -> Self {
         Self {
             tasks,
+            oauth,
             tokens: TokenAuthenticator::new(&settings, "the gateway token is not valid"),
             store,
             settings,
@@ -345,16 +372,47 @@ impl GatewayService {
                 )),
             });
         }
+        // A task's client sees the wait as `input_required`: a URL-mode question that sends
+        // a person to decide. Answering it does not approve (only the user does); declining
+        // it rejects the call, as the user declining would.
+        let mut waiting = match caller.task {
+            Some(task) => Some(
+                task.waiting_on(self.approval_question(message, &tool.name))
+                    .await,
+            ),
+            None => None,
+        };
         let limit = Duration::from_secs(self.settings.confirmation.timeout_secs + 60);
-        let waited = tokio::select! {
-            waited = self.confirmations.wait_settled(&principal.user, message, limit) => waited?,
-            () = cancel.cancelled() => {
-                self.confirmations
-                    .cancel_parked(&principal.user, message, "Cancelled by the MCP client.")
-                    .await;
-                return Err(Error::Conflict("the client cancelled the call".into()));
+        let settled = self
+            .confirmations
+            .wait_settled(&principal.user, message, limit);
+        tokio::pin!(settled);
+        let waited = loop {
+            let declined = async {
+                match waiting.as_mut() {
+                    Some(waiting) => waiting.answered().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                waited = &mut settled => break waited?,
+                () = cancel.cancelled() => {
+                    self.confirmations
+                        .cancel_parked(&principal.user, message, "Cancelled by the MCP client.")
+                        .await;
+                    return Err(Error::Conflict("the client cancelled the call".into()));
+                }
+                answer = declined => {
+                    waiting = None;
+                    if answer["action"] != "accept" {
+                        self.confirmations
+                            .cancel_parked(&principal.user, message, "Declined through the MCP client.")
+                            .await;
+                    }
+                }
             }
         };
+        drop(waiting);
         let record = match waited {
             Waited::Settled(records) | Waited::StillOpen(records) => records
                 .into_iter()

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-pub use running::TaskHandle;
 use running::{Run, Shared, Snapshot};
+pub use running::{TaskHandle, Waiting};
 
 use crate::cluster::{Cluster, Note};
 use crate::config::TaskSettings;

@@ -55,6 +55,9 @@ pub struct Caller<'a> {
     pub without_tasks: bool,
     /// Told when the server made a task of the call (see `mcp::CallPeers`).
     pub became_task: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The task the call runs as, if any: a wait for the user's approval is listed among
+    /// its input requests.
+    pub task: Option<&'a crate::services::TaskHandle>,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their

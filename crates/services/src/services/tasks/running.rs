@@ -150,6 +150,26 @@ impl TaskHandle {
         }
     }
 
+    /// Lists `request` among what the task waits for while the returned guard lives (the
+    /// task is `input_required` meanwhile), for a wait the client cannot end by answering
+    /// (a user's approval). The guard tells the client's answer, if one comes.
+    pub async fn waiting_on(&self, request: Value) -> Waiting {
+        let (reply, answered) = oneshot::channel();
+        let key = {
+            let mut state = self.shared.state.lock().expect("task state");
+            state.next_key += 1;
+            let key = format!("input-{}", state.next_key);
+            state.asked.insert(key.clone(), (request, reply));
+            key
+        };
+        self.tasks.write_progress(self.id, &self.shared).await;
+        Waiting {
+            task: self.clone(),
+            key,
+            answered,
+        }
+    }
+
     /// Puts `request` (an input request: `{method, params}`) to the client and waits for
     /// its answer (`tasks/update`); the task is `input_required` meanwhile. `None` when the
     /// task ended first.
@@ -165,6 +185,41 @@ impl TaskHandle {
         tokio::select! {
             answer = answered => answer.ok(),
             () = self.shared.cancel.cancelled() => None,
+        }
+    }
+}
+
+/// A wait listed among a task's input requests (`TaskHandle::waiting_on`); dropped, it is
+/// withdrawn from the task (written at once, in a task of its own).
+pub struct Waiting {
+    task: TaskHandle,
+    key: String,
+    answered: oneshot::Receiver<Value>,
+}
+
+impl Waiting {
+    /// The client's answer to the listed question (pending forever if none comes).
+    pub async fn answered(&mut self) -> Value {
+        match (&mut self.answered).await {
+            Ok(answer) => answer,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let task = self.task.clone();
+        let removed = task
+            .shared
+            .state
+            .lock()
+            .expect("task state")
+            .asked
+            .remove(&self.key)
+            .is_some();
+        if removed {
+            tokio::spawn(async move { task.tasks.write_progress(task.id, &task.shared).await });
         }
     }
 }
