@@ -217,3 +217,31 @@ async fn an_address_the_policy_forbids_says_policy() {
         "{message}"
     );
 }
+
+/// A 2026-07-28 server that answers a call with a body that is not one JSON-RPC message
+/// (the 0.2.0 everything-server's `test_streaming_elicitation` sends two lines of JSON as
+/// `application/json`): the call fails saying so, in words, and the next call works.
+#[tokio::test]
+async fn an_answer_that_is_not_json_rpc_is_said_in_words() {
+    let upstream = crate::upstreams::HttpUpstream::conformance_server_next().await;
+    let app = spawn_app_with(|s| s.security.allow_loopback_urls = true).await;
+    let id = app
+        .create_server_ok(
+            "u",
+            json!({"name": "next", "type": "streamableHttp",
+                   "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let broken = app
+        .call("u", &id, "test_streaming_elicitation", json!({}))
+        .await;
+    let message = broken.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not a JSON-RPC message"),
+        "{}",
+        broken.text
+    );
+    assert!(!message.contains("::"), "no type path: {message}");
+    let fine = app.call("u", &id, "test_simple_text", json!({})).await;
+    assert_eq!(fine.status, StatusCode::OK, "{}", fine.text);
+}

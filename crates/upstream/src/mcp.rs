@@ -145,9 +145,12 @@ impl From<rmcp::service::ServiceError> for McpError {
                 data: data.data,
             },
             E::Timeout { timeout } => McpError::Timeout(timeout),
+            // The transport's cause, without rmcp's wrapper naming the transport's type
+            // (`Transport [rmcp::transport::worker::WorkerTransport<…>] error: …`), which
+            // says nothing to a person (as `connect::initialize_failure` does).
             E::TransportSend(e) => match refusal(&e) {
                 Some(challenge) => McpError::AuthRequired(challenge),
-                None => McpError::Transport(e.to_string()),
+                None => McpError::Transport(error_chain(&*e.error)),
             },
             E::TransportClosed => McpError::Transport("transport closed".into()),
             E::Cancelled { reason } => {
