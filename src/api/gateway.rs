@@ -52,9 +52,7 @@ pub fn mcp_endpoint(state: &AppState) -> Router<AppState> {
         settings.gateway.session_idle_secs,
     ));
     let sessions = Arc::new(sessions);
-    let rounds = crate::gateway::rounds::Rounds::new(std::time::Duration::from_secs(
-        settings.elicitation.timeout_secs,
-    ));
+    let rounds = state.services.rounds.clone();
     let mcp = SharedMcpService(Arc::new(StreamableHttpService::new(
         move || {
             Ok(GatewayHandler::new(gateway.clone(), None, max_result_bytes)

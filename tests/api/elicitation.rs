@@ -541,3 +541,75 @@ async fn a_question_is_answered_through_another_instance() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(text_of(&reply.body).contains("Elsewhere"), "{}", reply.text);
 }
+
+/// Behind a load balancer a 2026-07-28 client's retry of a round may reach another
+/// instance than the one whose call asked: it is handed there, and what the round came to
+/// (here the call's result) comes back. Instances talk over PostgreSQL; on SQLite there is
+/// one instance.
+#[tokio::test]
+async fn a_round_is_resumed_through_another_instance() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let app = spawn_pool_app().await;
+    if !app.on_postgres() {
+        return;
+    }
+    let other = app.another_instance().await;
+    let mut preset = crate::upstreams::fixture_preset();
+    preset["name"] = json!("task-fixture");
+    preset["args"] = json!(["stdio", "--task-tools"]);
+    app.create_preset_ok(preset).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "preset": "task-fixture", "autoApproveTools": ["confirm_delete"]}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = |at: &crate::helpers::TestApp| {
+        RoundAnswering.serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(at.gateway_client_config("a1", &token)),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+    };
+    let here = client(&app).await.unwrap();
+    let there = client(&other).await.unwrap();
+    let mut params = CallToolRequestParams::new("fx__confirm_delete");
+    params.arguments = Some(
+        json!({"filename": "notes.txt"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let first = here.call_tool_once(params.clone()).await.unwrap();
+    let rmcp::model::CallToolResponse::InputRequired(asked) = first else {
+        panic!("the server's question comes back as a round: {first:?}")
+    };
+    let (key, _) = asked
+        .input_requests
+        .as_ref()
+        .and_then(|requests| requests.iter().next())
+        .expect("one question");
+    params.input_responses = Some(
+        [(
+            key.clone(),
+            json!({"action": "accept", "content": {"confirm": true}}),
+        )]
+        .into(),
+    );
+    params.request_state = asked.request_state.clone();
+    let resumed = there.call_tool_once(params.clone()).await.unwrap();
+    let rmcp::model::CallToolResponse::Complete(result) = resumed else {
+        panic!("the retry through the other instance gets the call's result: {resumed:?}")
+    };
+    assert_eq!(
+        result.content[0].as_text().unwrap().text,
+        "deleted notes.txt",
+        "{result:?}"
+    );
+    // Resumed once: the same retry again is refused, wherever it goes.
+    let again = here.call_tool_once(params).await;
+    assert!(again.is_err(), "{again:?}");
+}

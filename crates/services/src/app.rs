@@ -42,6 +42,9 @@ pub struct Services {
     pub xiaozhi: XiaozhiBridges,
     pub confirmations: Confirmations,
     pub tasks: Tasks,
+    /// The 2026-07-28 rounds of this instance's gateway handlers; retries of rounds held
+    /// by another instance are handed there.
+    pub rounds: crate::gateway::rounds::Rounds,
     /// Every tool call's audit row, journaled and written in batches.
     pub audit: AuditTrail,
     pub events: Arc<EventHub>,
@@ -166,7 +169,16 @@ impl Services {
             audit.clone(),
             upstream.clone(),
         );
+        // A round unanswered for the elicitation timeout is dropped; a retry handed to the
+        // instance holding it waits for the call's next question or end, as long as a call
+        // may run.
+        let rounds = crate::gateway::rounds::Rounds::in_cluster(
+            std::time::Duration::from_secs(settings.elicitation.timeout_secs),
+            cluster.clone(),
+            std::time::Duration::from_secs(settings.pool.max_call_timeout_secs.into()),
+        );
         Ok(Self {
+            rounds,
             chat,
             gateway,
             xiaozhi,

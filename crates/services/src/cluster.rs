@@ -88,6 +88,24 @@ pub enum Note {
         to: InstanceId,
         verdict: Result<(), ParkedFailure>,
     },
+    /// A 2026-07-28 client's retry of a round `to` holds (its call runs there): the
+    /// client's `inputResponses` for `state`.
+    ResumeRound {
+        request: Uuid,
+        to: InstanceId,
+        user: String,
+        state: String,
+        responses: serde_json::Value,
+    },
+    /// Part `part` (of `parts`) of what a resumed round came to (`gateway::rounds`): a
+    /// tool's result may exceed one note, so it travels in parts.
+    RoundResumed {
+        request: Uuid,
+        to: InstanceId,
+        part: u32,
+        parts: u32,
+        text: String,
+    },
     /// A client's answers (`tasks/update`) for the questions of a task `to` runs.
     AnswerTask {
         to: InstanceId,
@@ -378,6 +396,8 @@ impl Cluster {
                 | Note::AnswerTask { .. }
                 | Note::AnswerParked { .. }
                 | Note::ParkedAnswered { .. }
+                | Note::ResumeRound { .. }
+                | Note::RoundResumed { .. }
         );
         if addressed || !self.inner.alone.load(Ordering::Relaxed) {
             self.send_note(note);

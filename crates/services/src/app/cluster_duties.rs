@@ -146,12 +146,40 @@ impl Services {
                 let responses = responses.as_object().cloned().unwrap_or_default();
                 self.tasks.answer_here(*task, responses).await;
             }
+            Note::ResumeRound {
+                request,
+                to,
+                user,
+                state,
+                responses,
+            } if *to == me => {
+                let Ok(user) = UserId::parse(user) else {
+                    return;
+                };
+                // The round's call may run on for long: not in the note handler's turn.
+                let (rounds, request, from) = (self.rounds.clone(), *request, envelope.from);
+                let (state, responses) = (state.clone(), responses.clone());
+                tokio::spawn(async move {
+                    rounds
+                        .resume_forwarded(request, from, &user, &state, responses)
+                        .await;
+                });
+            }
+            Note::RoundResumed {
+                request,
+                to,
+                part,
+                parts,
+                text,
+            } if *to == me => self.rounds.forwarded_part(*request, *part, *parts, text),
             Note::ConfirmCall { .. }
             | Note::CallConfirmed { .. }
             | Note::CancelTask { .. }
             | Note::AnswerTask { .. }
             | Note::AnswerParked { .. }
-            | Note::ParkedAnswered { .. } => {}
+            | Note::ParkedAnswered { .. }
+            | Note::ResumeRound { .. }
+            | Note::RoundResumed { .. } => {}
             Note::ToolCallChanged {
                 user,
                 message,

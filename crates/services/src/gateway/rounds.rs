@@ -1,8 +1,10 @@
 //! Multi round-trip calls (MCP 2026-07-28, SEP-2322) for gateway clients that take no
 //! server-to-client requests: what an upstream asks during a call (elicitation, sampling,
 //! roots) goes back as an `InputRequiredResult`; the call runs on meanwhile, and the
-//! client's retry (its answers and the `requestState`) resumes it. A round lives on this
-//! instance, is resumed only by its own user, once, and is cancelled (the upstream told)
+//! client's retry (its answers and the `requestState`) resumes it. A round lives on the
+//! instance whose call asked (its state names that instance: a retry that reaches another
+//! instance behind a load balancer is handed there, `elsewhere.rs`), is resumed only by
+//! its own user, once, and is cancelled (the upstream told)
 //! when nobody resumes it within its time.
 
 // Sampling and roots are deprecated in 2026-07-28 but are what 2025-11-25 servers send.
@@ -23,8 +25,11 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::Cluster;
 use crate::domain::UserId;
 use crate::mcp::downstream::Downstream;
+
+mod elsewhere;
 
 /// The key of the one input request each round carries.
 const KEY: &str = "upstream";
@@ -74,6 +79,9 @@ struct Waiting {
 pub struct Rounds {
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     ttl: Duration,
+    /// The instances, for retries of rounds held elsewhere; `None`: this instance alone
+    /// (a handler of its own, as a Xiaozhi bridge's).
+    elsewhere: Option<elsewhere::Elsewhere>,
 }
 
 /// Asks through rounds: each question goes to the handler that returns it to the client.
@@ -118,10 +126,22 @@ impl Downstream for RoundAsked {
 }
 
 impl Rounds {
+    /// Rounds of one handler, that no other instance hands retries to.
     pub fn new(ttl: Duration) -> Self {
         Self {
             waiting: Arc::default(),
             ttl,
+            elsewhere: None,
+        }
+    }
+
+    /// The instance's rounds, shared by its gateway handlers: a retry of a round another
+    /// instance holds is handed there and waited for up to `resume_wait`.
+    pub fn in_cluster(ttl: Duration, cluster: Cluster, resume_wait: Duration) -> Self {
+        Self {
+            waiting: Arc::default(),
+            ttl,
+            elsewhere: Some(elsewhere::Elsewhere::new(cluster, resume_wait)),
         }
     }
 
@@ -164,8 +184,13 @@ impl Rounds {
             }
         };
         let Some(round) = waiting else {
+            if let Some(elsewhere) = &self.elsewhere
+                && let Some(outcome) = elsewhere.resume(user, state, responses).await
+            {
+                return outcome;
+            }
             return Err(ErrorData::invalid_params(
-                "requestState is unknown here: answered already, expired, or made by another instance",
+                "requestState is unknown: answered already, expired, or its instance stopped",
                 None,
             ));
         };
@@ -195,7 +220,7 @@ impl Rounds {
             },
             Some(question) = running.questions.recv() => {
                 let (request, answer) = question.split();
-                let state = format!("{STATE_PREFIX}{}", uuid::Uuid::new_v4());
+                let state = format!("{STATE_PREFIX}{}", self.new_state_id());
                 self.waiting.lock().expect("rounds lock").insert(
                     state.clone(),
                     Waiting { user: user.clone(), running, answer },
@@ -207,6 +232,15 @@ impl Rounds {
                 )
                 .into())
             }
+        }
+    }
+
+    /// A new round's id: its first 64 bits name this instance, so a retry that reaches
+    /// another one is handed here.
+    fn new_state_id(&self) -> uuid::Uuid {
+        match &self.elsewhere {
+            Some(elsewhere) => elsewhere.new_id(),
+            None => uuid::Uuid::new_v4(),
         }
     }
 
