@@ -160,3 +160,55 @@ async fn cancelling_a_task_cancels_the_task_its_server_made() {
         .body;
     assert_eq!(task["status"], "cancelled", "{task}");
 }
+
+/// The pool follows a task its server runs; the service restarting meanwhile does not end
+/// it: the restarted service (or another instance) follows it on from the row, which names
+/// the server's own task. (A task the service itself ran is failed by a restart.)
+#[tokio::test]
+async fn a_task_its_server_runs_outlives_a_restart_of_the_service() {
+    let upstream = crate::upstreams::HttpUpstream::fixture_with(&["--serve-tasks"]).await;
+    let app = spawn_pool_app().await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "tasks", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    let started = app
+        .send_raw(
+            app.request(
+                Method::POST,
+                &format!("/api/mcp-servers/{server}/tools/slow_compute/call"),
+            )
+            .bearer_auth(&app.service_key)
+            .header("X-User-Id", "u")
+            .header("Prefer", "respond-async")
+            .json(&json!({"arguments": {"seconds": 3, "label": "report"}})),
+        )
+        .await;
+    assert_eq!(started.status, StatusCode::ACCEPTED, "{}", started.text);
+    let id = started.body["taskId"].as_str().unwrap().to_owned();
+    eventually("the server made a task of the call", || async {
+        servers_open_tasks(&app, &server).await == "1"
+    })
+    .await;
+
+    let app = app.restart().await;
+
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        last = app
+            .user("u", Method::GET, &format!("/api/tasks/{id}"), None)
+            .await
+            .body;
+        if last["status"] != "working" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(
+        last["result"]["content"][0]["text"], "computed report in 3 s",
+        "{last}"
+    );
+}

@@ -34,7 +34,7 @@ pub use operators::OperatorService;
 pub use presets::{PresetInput, PresetService, SlotInput};
 pub use rate_limits::RateLimits;
 pub use servers::{OAuthInput, ServerInput, ServerService};
-pub use tasks::{NewTask, Started, TaskEnd, TaskHandle, Tasks};
+pub use tasks::{FollowOn, NewTask, Started, TaskEnd, TaskHandle, TaskWork, Tasks};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
     AssistantTool, AssistantTools, Caller, ConnectReport, HealthReport, ServerCatalog,

@@ -49,7 +49,7 @@ pub use notify::NoteListener;
 pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
-pub use tasks::{StoredTask, TaskRepo};
+pub use tasks::{StoredTask, TaskRepo, UpstreamTask};
 
 /// How many matching rows a list counts at most. Counting every match of a large table
 /// (100,000 users, 1,000,000 audit rows) costs more than reading the page itself (on

@@ -37,6 +37,16 @@ pub struct StoredTask {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// The server's own task this one follows, if its server made one of the call.
+    pub upstream: Option<UpstreamTask>,
+}
+
+/// A task a server made of a call (the tasks extension): on which of the user's servers,
+/// and its id there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTask {
+    pub server_id: Uuid,
+    pub task_id: String,
 }
 
 impl StoredTask {
@@ -70,6 +80,10 @@ fn stored(row: task::Model) -> Result<StoredTask, StoreError> {
         created_at: row.created_at,
         updated_at: row.updated_at,
         expires_at: row.expires_at,
+        upstream: match (row.server_id, row.upstream_task_id) {
+            (Some(server_id), Some(task_id)) => Some(UpstreamTask { server_id, task_id }),
+            _ => None,
+        },
     })
 }
 
@@ -106,6 +120,8 @@ impl TaskRepo {
             created_at: Set(task.created_at),
             updated_at: Set(task.updated_at),
             expires_at: Set(task.expires_at),
+            server_id: Set(task.upstream.as_ref().map(|u| u.server_id)),
+            upstream_task_id: Set(task.upstream.as_ref().map(|u| u.task_id.clone())),
         })
         .exec_without_returning(self.db.writer()?)
         .await?;
@@ -190,6 +206,41 @@ impl TaskRepo {
             },
         )
         .await
+    }
+
+    /// Records the server's own task an open task follows.
+    pub async fn follows(&self, id: Uuid, upstream: &UpstreamTask) -> Result<bool, StoreError> {
+        self.update_open(
+            id,
+            task::ActiveModel {
+                server_id: Set(Some(upstream.server_id)),
+                upstream_task_id: Set(Some(upstream.task_id.clone())),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Moves an open task from stopped instance `from` to `to`, once: false when another
+    /// instance took it first or it is settled.
+    pub async fn adopt(
+        &self,
+        id: Uuid,
+        from: InstanceId,
+        to: InstanceId,
+    ) -> Result<bool, StoreError> {
+        let updated = task::Entity::update_many()
+            .set(task::ActiveModel {
+                instance_id: Set(to.0),
+                updated_at: Set(crate::domain::now()),
+                ..Default::default()
+            })
+            .filter(task::Column::Id.eq(id))
+            .filter(task::Column::InstanceId.eq(from.0))
+            .filter(open())
+            .exec(self.db.writer()?)
+            .await?;
+        Ok(updated.rows_affected > 0)
     }
 
     async fn update_open(&self, id: Uuid, change: task::ActiveModel) -> Result<bool, StoreError> {

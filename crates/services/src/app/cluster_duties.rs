@@ -16,7 +16,10 @@ impl Services {
     pub async fn take_over_orphans(&self) -> crate::error::Result<()> {
         let live = self.cluster.beat().await?;
         self.confirmations.settle_orphans(&live).await?;
-        self.tasks.settle_orphans(&live).await?;
+        let upstream = self.upstream.clone();
+        let follow_on =
+            move |task: &crate::store::StoredTask, handle| upstream.follow_on(task, handle);
+        self.tasks.settle_orphans(&live, &follow_on).await?;
         let started = self.xiaozhi.reconcile(&live).await?;
         if started > 0 {
             tracing::info!(started, "Xiaozhi bridges started");

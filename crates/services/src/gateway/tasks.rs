@@ -239,13 +239,13 @@ impl GatewayHandler {
                 });
                 // The server making a task of the call makes ours at once: the upstream's
                 // task is followed by this one, its id never shown to the client.
-                let (made, made_upstream) = tokio::sync::oneshot::channel();
+                let following = task.clone();
                 let caller = Caller {
                     live: Some(&live),
                     downstream: Some(asked),
                     timeout: Some(timeout),
                     relayed,
-                    became_task: Some(made),
+                    became_task: Some(Box::new(move |upstream| following.follows(upstream))),
                     task: Some(&task),
                     ..Caller::default()
                 };
@@ -257,8 +257,7 @@ impl GatewayHandler {
                     &cancel,
                     max_result_bytes,
                 );
-                let call = task.becomes_task_when(made_upstream, task.saying(call, progress));
-                task_end(call_outcome(call.await))
+                task_end(call_outcome(task.saying(call, progress).await))
             })
         });
         // The client's cancellation while it waits inline cancels the call (a task already

@@ -86,6 +86,9 @@ fn error_object(code: i32, message: String, stable: &str) -> Value {
 /// What a task's call is.
 pub type TaskWork = Pin<Box<dyn Future<Output = TaskEnd> + Send>>;
 
+/// Makes the work that follows on an orphaned task's server task (`None`: it cannot be).
+pub type FollowOn = dyn Fn(&StoredTask, TaskHandle) -> Option<TaskWork> + Send + Sync;
+
 /// A task about to be started: whose it is and what it calls.
 pub struct NewTask {
     pub user: UserId,
@@ -316,6 +319,7 @@ impl Tasks {
             status,
             status_message,
             input_requests,
+            upstream,
         } = snapshot;
         let (status, result, error, input_requests) = match end {
             None => (status, None, None, input_requests),
@@ -340,6 +344,7 @@ impl Tasks {
             created_at: now,
             updated_at: now,
             expires_at: now + ttl,
+            upstream,
         };
         self.inner.store.tasks().insert(&task).await?;
         self.announce(&task);
@@ -478,11 +483,20 @@ impl Tasks {
         Ok(())
     }
 
-    /// Fails the open tasks of instances no longer live, and drops expired rows.
-    pub(crate) async fn settle_orphans(&self, live: &[InstanceId]) -> Result<usize> {
+    /// Follows on the open tasks of instances no longer live whose server made a task of
+    /// the call (`follow_on` makes the work, `None` when it cannot), fails the others, and
+    /// drops expired rows.
+    pub(crate) async fn settle_orphans(
+        &self,
+        live: &[InstanceId],
+        follow_on: &FollowOn,
+    ) -> Result<usize> {
         let tasks = self.inner.store.tasks();
         let mut settled = 0;
         for orphan in tasks.orphaned(live).await? {
+            if orphan.upstream.is_some() && self.adopt(&orphan, follow_on).await? {
+                continue;
+            }
             let error = error_object(
                 -32603,
                 "the instance of the service that ran this task stopped before the call ended"
@@ -506,6 +520,53 @@ impl Tasks {
             tracing::debug!(dropped, "dropped expired tasks");
         }
         Ok(settled)
+    }
+
+    /// Takes over an orphaned task that follows its server's own task, and follows that on
+    /// here; false when it cannot be followed on (it is failed as any other).
+    async fn adopt(&self, orphan: &StoredTask, follow_on: &FollowOn) -> Result<bool> {
+        let id = orphan.id;
+        let shared = Arc::new(Shared::adopted(orphan.upstream.clone()));
+        let handle = TaskHandle {
+            id,
+            shared: shared.clone(),
+            tasks: self.clone(),
+        };
+        let Some(work) = follow_on(orphan, handle.clone()) else {
+            return Ok(false);
+        };
+        let me = self.inner.cluster.me();
+        // Another live instance may sweep at the same time: one takes it.
+        if !self
+            .inner
+            .store
+            .tasks()
+            .adopt(id, orphan.instance_id, me)
+            .await?
+        {
+            return Ok(true);
+        }
+        tracing::info!(task = %id, from = %orphan.instance_id, "following on a task whose instance stopped");
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .insert(id, shared.clone());
+        // Nobody waits inline: the end goes to the row.
+        let (ended, _) = oneshot::channel();
+        let (stored_tx, stored) = oneshot::channel();
+        let _ = stored_tx.send(true);
+        let run = Run {
+            id,
+            shared,
+            ended,
+            stored,
+        };
+        tokio::spawn(self.clone().run(run, work));
+        handle
+            .say("the instance that followed this task stopped; another follows it on".into())
+            .await;
+        Ok(true)
     }
 
     /// Tells the user's streams of task `id` as its row now stands (after a write).

@@ -53,8 +53,9 @@ pub struct Caller<'a> {
     pub origin: CallOrigin,
     /// A gateway client that did not declare the tasks extension (see `mcp::CallPeers`).
     pub without_tasks: bool,
-    /// Told when the server made a task of the call (see `mcp::CallPeers`).
-    pub became_task: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Told the server's own task when the server made a task of the call (see
+    /// `mcp::CallPeers`).
+    pub became_task: Option<Box<dyn FnOnce(crate::store::UpstreamTask) + Send + 'a>>,
     /// The task the call runs as, if any: a wait for the user's approval is listed among
     /// its input requests.
     pub task: Option<&'a crate::services::TaskHandle>,
@@ -353,6 +354,15 @@ impl UpstreamService {
         let server = &lease.runtime.server;
         let downstream = downstream.or_else(|| {
             (server.user_id != UserId::global()).then(|| self.elicitations.for_user(server))
+        });
+        let server_id = server.id;
+        let became_task = became_task.map(|tell| {
+            Box::new(move |task_id: &str| {
+                tell(crate::store::UpstreamTask {
+                    server_id,
+                    task_id: task_id.to_owned(),
+                })
+            }) as Box<dyn FnOnce(&str) + Send + '_>
         });
         // Boxed: the call's future holds the request and its answer (JSON values, 80 bytes
         // each with `preserve_order`), and each caller above would copy it into its own.

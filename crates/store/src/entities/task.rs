@@ -31,6 +31,11 @@ pub struct Model {
     pub updated_at: DateTimeUtc,
     /// After this the row is dropped, whatever its status.
     pub expires_at: DateTimeUtc,
+    /// The user's server that made a task of the call, and that task's id there: another
+    /// instance follows it on when this task's instance stops.
+    pub server_id: Option<Uuid>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub upstream_task_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -80,9 +80,10 @@ pub struct CallPeers<'a> {
     /// directly (a tool it runs only as a task: -32021). Otherwise the pool declares the
     /// extension to a server that offers it and follows a task made of the call.
     pub without_tasks: bool,
-    /// Told when the server made a task of the call: a gateway client's call then becomes
-    /// a task at once, as the server decided, instead of after the inline wait.
-    pub became_task: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Told the server's task id when the server made a task of the call: a gateway
+    /// client's call then becomes a task at once, as the server decided, instead of after
+    /// the inline wait, and a task of the pool records what it follows.
+    pub became_task: Option<Box<dyn FnOnce(&str) + Send + 'a>>,
 }
 
 /// A caller's retry of a 2026-07-28 round: its answers and the server's `requestState`,
@@ -591,7 +592,7 @@ impl McpClient {
                 }
                 ServerResult::CreateTaskResult(created) => {
                     if let Some(tell) = became_task.take() {
-                        let _ = tell.send(());
+                        tell(&created.task.task_id);
                     }
                     // The requests that follow it declare the extension as the call did.
                     let meta = meta

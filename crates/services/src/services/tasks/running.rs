@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::{TaskEnd, TaskWork, Tasks};
 use crate::domain::TaskStatus;
+use crate::store::UpstreamTask;
 
 /// Status messages are written at most this often (progress may come much faster).
 const MESSAGE_EVERY: Duration = Duration::from_secs(1);
@@ -37,6 +38,8 @@ pub(super) struct State {
     /// What the call waits for, by key, and where each answer goes.
     asked: BTreeMap<String, (Value, oneshot::Sender<Value>)>,
     next_key: u64,
+    /// The server's own task the call follows, once the server made one.
+    upstream: Option<UpstreamTask>,
 }
 
 /// An open task's state as its row keeps it.
@@ -44,6 +47,7 @@ pub(super) struct Snapshot {
     pub(super) status: TaskStatus,
     pub(super) status_message: Option<String>,
     pub(super) input_requests: Option<Value>,
+    pub(super) upstream: Option<UpstreamTask>,
 }
 
 impl Default for Snapshot {
@@ -52,7 +56,22 @@ impl Default for Snapshot {
             status: TaskStatus::Working,
             status_message: None,
             input_requests: None,
+            upstream: None,
         }
+    }
+}
+
+impl Shared {
+    /// A task taken over from a stopped instance: its row exists, and it follows
+    /// `upstream`.
+    pub(super) fn adopted(upstream: Option<UpstreamTask>) -> Self {
+        let shared = Shared::default();
+        {
+            let mut state = shared.state.lock().expect("task state");
+            state.stored = true;
+            state.upstream = upstream;
+        }
+        shared
     }
 }
 
@@ -63,6 +82,7 @@ impl State {
                 status: TaskStatus::Working,
                 status_message: self.message.clone(),
                 input_requests: None,
+                upstream: self.upstream.clone(),
             };
         }
         let requests = self
@@ -74,6 +94,7 @@ impl State {
             status: TaskStatus::InputRequired,
             status_message: self.message.clone(),
             input_requests: Some(Value::Object(requests)),
+            upstream: self.upstream.clone(),
         }
     }
 }
@@ -131,22 +152,23 @@ impl TaskHandle {
         }
     }
 
-    /// Runs `call`, and makes the task at once (ending the starter's inline wait) when
-    /// `made` fires: the server behind made a task of the call.
-    pub async fn becomes_task_when<T>(
-        &self,
-        made: oneshot::Receiver<()>,
-        call: impl std::future::Future<Output = T>,
-    ) -> T {
-        let promote = async {
-            if made.await.is_ok() {
-                self.shared.promoted.notify_one();
-            }
-            std::future::pending::<()>().await
+    /// The server behind made a task of the call: the task follows it (recorded on the
+    /// row, so another instance follows it on if this one stops), and a call still waited
+    /// for inline becomes a task at once, as the server decided.
+    pub fn follows(&self, upstream: UpstreamTask) {
+        let stored = {
+            let mut state = self.shared.state.lock().expect("task state");
+            state.upstream = Some(upstream.clone());
+            state.stored
         };
-        tokio::select! {
-            result = call => result,
-            () = promote => unreachable!("pending never ends"),
+        self.shared.promoted.notify_one();
+        if stored {
+            let (tasks, id) = (self.tasks.clone(), self.id);
+            tokio::spawn(async move {
+                if let Err(error) = tasks.inner.store.tasks().follows(id, &upstream).await {
+                    tracing::warn!(task = %id, %error, "the server's own task was not recorded");
+                }
+            });
         }
     }
 

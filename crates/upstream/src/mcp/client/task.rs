@@ -42,13 +42,18 @@ struct CancelTaskOnDrop {
 
 impl Drop for CancelTaskOnDrop {
     fn drop(&mut self) {
-        if let Some(peer) = self.peer.take() {
+        // A connection already closed (the service stopping) cancels nothing: the task
+        // goes on on the server, and the instance that follows it on finds it there.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if let Some(peer) = self.peer.take().filter(|peer| !peer.is_transport_closed()) {
             let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
                 CancelTaskParams::new(std::mem::take(&mut self.task_id)),
             ));
             let options = PeerRequestOptions::with_timeout(Duration::from_secs(10))
                 .with_meta(std::mem::take(&mut self.meta));
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 if let Ok(handle) = peer.send_request_with_option(request, options).await {
                     let _ = handle.await_response().await;
                 }
@@ -76,6 +81,31 @@ impl McpClient {
         let mut meta = RequestMetaObject::default();
         meta.set_client_capabilities(capabilities);
         meta
+    }
+
+    /// Follows on a task this server made of an earlier call, by its id (the instance that
+    /// followed it stopped): as [`Self::follow_task`], each request bounded by `timeout`,
+    /// the whole too.
+    pub async fn follow_task_again(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+        live: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
+        asker: Option<Arc<dyn Downstream>>,
+    ) -> Result<CallToolResult, McpError> {
+        let _caller = self.service.service().callers.enter(asker.clone());
+        let now = chrono::Utc::now().to_rfc3339();
+        let task = Task::new(task_id, rmcp::model::TaskStatus::Working, now.clone(), now);
+        let mut progress = Vec::new();
+        self.follow_task(
+            task,
+            self.meta_declaring_tasks(),
+            (timeout.min(Duration::from_secs(60)), timeout),
+            live,
+            asker,
+            &mut progress,
+        )
+        .await
     }
 
     /// Follows `task` to its end: `tasks/get` at the interval the server suggests, each
