@@ -16,7 +16,9 @@ mod sse;
 pub(crate) mod stdio;
 mod url_free;
 
-pub use client::{CallOutcome, CallPeers, McpClient, Progress, RelayedRound, ServerFeatures};
+pub use client::{
+    BecameTask, CallOutcome, CallPeers, McpClient, Progress, RelayedRound, ServerFeatures,
+};
 pub use connect::{SessionRevision, UpstreamSpec, UpstreamTransport, connect};
 pub use handler::UpstreamEvents;
 pub use http::{LeasedClient, UpstreamHttp};

@@ -362,7 +362,7 @@ impl UpstreamService {
                     server_id,
                     task_id: task_id.to_owned(),
                 })
-            }) as Box<dyn FnOnce(&str) + Send + '_>
+            }) as crate::mcp::BecameTask<'_>
         });
         // Boxed: the call's future holds the request and its answer (JSON values, 80 bytes
         // each with `preserve_order`), and each caller above would copy it into its own.

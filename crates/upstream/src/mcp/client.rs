@@ -83,8 +83,11 @@ pub struct CallPeers<'a> {
     /// Told the server's task id when the server made a task of the call: a gateway
     /// client's call then becomes a task at once, as the server decided, instead of after
     /// the inline wait, and a task of the pool records what it follows.
-    pub became_task: Option<Box<dyn FnOnce(&str) + Send + 'a>>,
+    pub became_task: Option<BecameTask<'a>>,
 }
+
+/// What a caller is told when the server makes a task of its call: the server's task id.
+pub type BecameTask<'a> = Box<dyn FnOnce(&str) + Send + 'a>;
 
 /// A caller's retry of a 2026-07-28 round: its answers and the server's `requestState`,
 /// and what the caller can answer (the server asks only for that, so it sees the caller's
