@@ -613,3 +613,64 @@ async fn a_round_is_resumed_through_another_instance() {
     let again = here.call_tool_once(params).await;
     assert!(again.is_err(), "{again:?}");
 }
+
+/// A 2026-07-28 gateway client whose user answers a name.
+#[derive(Clone)]
+struct NameAnswering;
+
+impl rmcp::ClientHandler for NameAnswering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "name-answering", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": "Ada"})))
+    }
+}
+
+/// A 2026-07-28 server's round on `resources/read` goes to the 2026-07-28 gateway client
+/// that read it, as its rounds on `tools/call` and `prompts/get` do (the pool answered it
+/// itself, asking the user's event stream, where nobody waited).
+#[tokio::test]
+async fn a_2026_07_28_client_answers_a_resources_round_itself() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let app = crate::helpers::spawn_pool_app_with(|s| s.elicitation.timeout_secs = 2).await;
+    let upstream = HttpUpstream::fixture_with(&[]).await;
+    let server = app
+        .create_server_ok(
+            "u",
+            json!({"name": "fx", "baseUrl": format!("{}/mcp", upstream.base)}),
+        )
+        .await;
+    app.bind_ok("u", "a1", [&server]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = NameAnswering
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(app.gateway_client_config("a1", &token)),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "fixture://asking",
+        ))
+        .await
+        .unwrap();
+    let text = match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("text: {other:?}"),
+    };
+    assert_eq!(text, "hello Ada");
+}

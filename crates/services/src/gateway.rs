@@ -489,13 +489,21 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
         let modern = speaks_modern(&context);
-        Box::pin(self.service.read_resource(&principal, &request.uri))
-            .await
-            .map(|mut result| {
+        // A 2026-07-28 client takes a 2026-07-28 server's rounds itself.
+        let relayed = relayed_round(request.input_responses, request.request_state, &context);
+        match Box::pin(
+            self.service
+                .read_resource(&principal, &request.uri, relayed),
+        )
+        .await
+        {
+            Ok(ReadResourceResponse::Complete(mut result)) => {
                 typed(&mut result.result_type, modern);
-                result.into()
-            })
-            .map_err(to_mcp_error)
+                Ok(result.into())
+            }
+            Ok(asked) => Ok(asked),
+            Err(error) => Err(to_mcp_error(error)),
+        }
     }
 
     async fn list_prompts(

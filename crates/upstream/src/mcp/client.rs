@@ -8,8 +8,8 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
     InputRequiredResult, InputResponses, JsonObject, ListPromptsRequest,
     ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, PaginatedRequestParams,
-    Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Resource,
-    ResourceTemplate, ServerResult, Tool,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceTemplate, ServerResult, Tool,
 };
 use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::{Peer, RoleClient};
@@ -452,6 +452,33 @@ impl McpClient {
                 }
                 other => return Err(unexpected(&other)),
             }
+        }
+    }
+
+    /// `resources/read` for a caller that takes a 2026-07-28 server's rounds itself (see
+    /// [`CallPeers::relayed`]), as [`Self::get_prompt_relayed`] for prompts.
+    pub async fn read_resource_relayed(
+        &self,
+        uri: &str,
+        timeout: Duration,
+        round: RelayedRound,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if !self.speaks_modern() {
+            return self.read_resource(uri, timeout).await.map(Into::into);
+        }
+        let mut params = ReadResourceRequestParams::new(uri);
+        let mut options = PeerRequestOptions::with_timeout(timeout);
+        if let Some(meta) = round.meta() {
+            options = options.with_meta(meta);
+        }
+        (params.input_responses, params.request_state) = round.retry();
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        match self.request_with(request, options).await? {
+            ServerResult::ReadResourceResult(result) => Ok(result.into()),
+            ServerResult::InputRequiredResult(asked) => {
+                Ok(ReadResourceResponse::InputRequired(asked))
+            }
+            other => Err(unexpected(&other)),
         }
     }
 

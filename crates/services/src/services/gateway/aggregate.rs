@@ -147,13 +147,32 @@ impl GatewayService {
     }
 
     /// Reads a resource from the first bound server that lists it (or, for URIs only a
-    /// template matches, the first that can read it).
+    /// template matches, the first that can read it); `relayed`: the client takes a
+    /// 2026-07-28 server's rounds itself (see `mcp::CallPeers`).
     pub async fn read_resource(
         &self,
         principal: &GatewayPrincipal,
         uri: &str,
-    ) -> Result<rmcp::model::ReadResourceResult> {
+        relayed: Option<crate::mcp::RelayedRound>,
+    ) -> Result<rmcp::model::ReadResourceResponse> {
         let servers = self.servers(principal).await?;
+        let read = |id: String| {
+            let relayed = relayed.clone();
+            async move {
+                let upstream = self.upstream_for(principal);
+                match relayed {
+                    Some(round) => {
+                        upstream
+                            .read_resource_relayed(&principal.user, &id, uri, round)
+                            .await
+                    }
+                    None => upstream
+                        .read_resource(&principal.user, &id, uri)
+                        .await
+                        .map(Into::into),
+                }
+            }
+        };
         let mut last_error = None;
         for (id, _) in &servers {
             let id = id.to_string();
@@ -164,18 +183,11 @@ impl GatewayService {
                 .map(|c| c.resources.iter().any(|r| r.uri == uri))
                 .unwrap_or(false);
             if listed {
-                return self
-                    .upstream_for(principal)
-                    .read_resource(&principal.user, &id, uri)
-                    .await;
+                return read(id).await;
             }
         }
         for (id, _) in &servers {
-            match self
-                .upstream_for(principal)
-                .read_resource(&principal.user, &id.to_string(), uri)
-                .await
-            {
+            match read(id.to_string()).await {
                 Ok(result) => return Ok(result),
                 Err(error) => last_error = Some(error),
             }

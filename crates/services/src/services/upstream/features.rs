@@ -96,6 +96,26 @@ impl UpstreamService {
         self.explain(user, server_id, result).await
     }
 
+    /// [`Self::read_resource`] for a caller that takes a 2026-07-28 server's rounds itself.
+    pub async fn read_resource_relayed(
+        &self,
+        user: &UserId,
+        server_id: &str,
+        uri: &str,
+        round: crate::mcp::RelayedRound,
+    ) -> Result<rmcp::model::ReadResourceResponse> {
+        if uri.is_empty() || uri.len() > 4096 {
+            return Err(Error::validation("uri must be 1 to 4096 characters"));
+        }
+        let lease = self.lease(user, server_id).await?;
+        let result = lease
+            .client
+            .read_resource_relayed(uri, lease.runtime.call_timeout, round)
+            .await
+            .inspect_err(|e| self.pool.report(&lease, e));
+        self.explain(user, server_id, result).await
+    }
+
     pub async fn prompts(&self, user: &UserId, server_id: &str) -> Result<Arc<Vec<Prompt>>> {
         let lease = self.lease(user, server_id).await?;
         let listed = self.pool.prompts(&lease).await;
