@@ -205,9 +205,14 @@ impl McpClient {
                 }
                 TaskPayload::Completed { result } => {
                     guard.peer = None;
-                    return serde_json::from_value(serde_json::Value::Object(result)).map_err(
-                        |e| McpError::Protocol(format!("the task's result is not a tool's: {e}")),
-                    );
+                    let mut result: CallToolResult =
+                        serde_json::from_value(serde_json::Value::Object(result)).map_err(|e| {
+                            McpError::Protocol(format!("the task's result is not a tool's: {e}"))
+                        })?;
+                    // As a call answered at once reads: the envelope's type is for the
+                    // gateway to set per client.
+                    result.result_type = None;
+                    return Ok(result);
                 }
                 TaskPayload::Failed { error } => {
                     guard.peer = None;
