@@ -522,20 +522,14 @@ impl Settings {
             });
         }
         let approval_url = self.tasks.approval_url.trim();
-        if !approval_url.is_empty()
-            && !matches!(
-                url::Url::parse(&approval_url.replace("{message}", "m")).map(|u| u.scheme().to_owned()),
-                Ok(scheme) if scheme == "http" || scheme == "https"
-            )
-        {
+        if !approval_url.is_empty() && !is_http_url(&approval_url.replace("{message}", "m")) {
             return Err(ConfigError::Invalid {
                 key: "tasks.approval_url",
                 reason: "not an http(s) URL".into(),
             });
         }
         for (name, provider) in &self.llm.providers {
-            let parsed = url::Url::parse(&provider.base_url);
-            if !matches!(parsed.as_ref().map(|u| u.scheme()), Ok("http" | "https")) {
+            if !is_http_url(&provider.base_url) {
                 return Err(ConfigError::Invalid {
                     key: "llm.providers.*.base_url",
                     reason: format!("provider '{name}': not an http(s) URL"),
@@ -591,6 +585,14 @@ impl Settings {
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `text` is an http(s) URL.
+fn is_http_url(text: &str) -> bool {
+    matches!(
+        url::Url::parse(text).as_ref().map(url::Url::scheme),
+        Ok("http" | "https")
+    )
 }
 
 #[cfg(test)]

@@ -194,18 +194,15 @@ impl Tasks {
         };
         let call = work(handle);
         // Registered at once: a question asked before the row exists is answered here too.
-        self.inner
-            .running
-            .lock()
-            .expect("running tasks")
-            .insert(id, shared.clone());
-        let run = Run {
-            id,
-            shared: shared.clone(),
-            ended: ended_tx,
-            stored,
-        };
-        tokio::spawn(self.clone().run(run, call));
+        self.launch(
+            Run {
+                id,
+                shared: shared.clone(),
+                ended: ended_tx,
+                stored,
+            },
+            call,
+        );
         // A caller that goes away while it waits inline takes the call with it.
         let abandon = shared.cancel.clone().drop_guard();
         // The inline wait ends early when the server made a task of the call itself
@@ -547,22 +544,19 @@ impl Tasks {
             return Ok(true);
         }
         tracing::info!(task = %id, from = %orphan.instance_id, "following on a task whose instance stopped");
-        self.inner
-            .running
-            .lock()
-            .expect("running tasks")
-            .insert(id, shared.clone());
         // Nobody waits inline: the end goes to the row.
         let (ended, _) = oneshot::channel();
         let (stored_tx, stored) = oneshot::channel();
         let _ = stored_tx.send(true);
-        let run = Run {
-            id,
-            shared,
-            ended,
-            stored,
-        };
-        tokio::spawn(self.clone().run(run, work));
+        self.launch(
+            Run {
+                id,
+                shared,
+                ended,
+                stored,
+            },
+            work,
+        );
         handle
             .say("the instance that followed this task stopped; another follows it on".into())
             .await;

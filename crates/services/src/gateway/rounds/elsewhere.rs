@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::{Rounds, STATE_PREFIX};
 use crate::cluster::{Cluster, MAX_INLINE_BYTES, Note};
 use crate::domain::{InstanceId, UserId};
-use crate::services::parked::forward::{owner_prefix, prefix_of};
+use crate::services::parked::forward::{live_owner, owner_prefix, prefix_of};
 
 /// Room in a note for a part of an outcome, the note's other fields and JSON escapes
 /// aside.
@@ -93,14 +93,7 @@ impl Elsewhere {
     /// can talk (PostgreSQL).
     async fn holder(&self, state: &str) -> Option<InstanceId> {
         let prefix = owner_prefix(state.strip_prefix(STATE_PREFIX)?)?;
-        if prefix == prefix_of(self.cluster.me()) || !self.cluster.can_forward() {
-            return None;
-        }
-        let instances = self.cluster.instances().await.ok()?;
-        instances
-            .iter()
-            .find(|instance| instance.live && !instance.me && prefix_of(instance.id) == prefix)
-            .map(|instance| instance.id)
+        live_owner(&self.cluster, prefix).await
     }
 
     /// Hands the client's retry to the instance holding its round and waits for what it

@@ -25,6 +25,19 @@ pub(crate) fn owner_prefix(id: &str) -> Option<u64> {
     Uuid::parse_str(id).ok().map(|id| id.as_u64_pair().0)
 }
 
+/// The other live instance whose ids begin with `prefix`, when instances can talk
+/// (PostgreSQL); `None` for this instance's own prefix.
+pub(crate) async fn live_owner(cluster: &Cluster, prefix: u64) -> Option<InstanceId> {
+    if prefix == prefix_of(cluster.me()) || !cluster.can_forward() {
+        return None;
+    }
+    let instances = cluster.instances().await.ok()?;
+    instances
+        .iter()
+        .find(|instance| instance.live && !instance.me && prefix_of(instance.id) == prefix)
+        .map(|instance| instance.id)
+}
+
 /// What the instance holding a request said of a forwarded answer.
 type Verdict = std::result::Result<(), ParkedFailure>;
 
@@ -56,15 +69,7 @@ impl Forwarder {
         id: &str,
         answer: Value,
     ) -> Option<Result<()>> {
-        let prefix = owner_prefix(id)?;
-        if prefix == prefix_of(self.me()) || !self.cluster.can_forward() {
-            return None;
-        }
-        let instances = self.cluster.instances().await.ok()?;
-        let owner = instances
-            .iter()
-            .find(|instance| instance.live && !instance.me && prefix_of(instance.id) == prefix)?
-            .id;
+        let owner = live_owner(&self.cluster, owner_prefix(id)?).await?;
         let request = Uuid::now_v7();
         let (reply, replied) = oneshot::channel();
         self.waiting

@@ -196,16 +196,9 @@ impl TaskHandle {
     /// its answer (`tasks/update`); the task is `input_required` meanwhile. `None` when the
     /// task ended first.
     pub async fn ask(&self, request: Value) -> Option<Value> {
-        let (reply, answered) = oneshot::channel();
-        {
-            let mut state = self.shared.state.lock().expect("task state");
-            state.next_key += 1;
-            let key = format!("input-{}", state.next_key);
-            state.asked.insert(key, (request, reply));
-        }
-        self.tasks.write_progress(self.id, &self.shared).await;
+        let mut waiting = self.waiting_on(request).await;
         tokio::select! {
-            answer = answered => answer.ok(),
+            answer = waiting.reply() => answer,
             () = self.shared.cancel.cancelled() => None,
         }
     }
@@ -222,10 +215,15 @@ pub struct Waiting {
 impl Waiting {
     /// The client's answer to the listed question (pending forever if none comes).
     pub async fn answered(&mut self) -> Value {
-        match (&mut self.answered).await {
-            Ok(answer) => answer,
-            Err(_) => std::future::pending().await,
+        match self.reply().await {
+            Some(answer) => answer,
+            None => std::future::pending().await,
         }
+    }
+
+    /// The client's answer; `None` when the question went without one.
+    async fn reply(&mut self) -> Option<Value> {
+        (&mut self.answered).await.ok()
     }
 }
 
@@ -326,9 +324,20 @@ impl Tasks {
             .remove(&id)
     }
 
+    /// Registers a task's call as running here (its cancels and answers find it) and runs
+    /// it.
+    pub(super) fn launch(&self, run: Run, call: TaskWork) {
+        self.inner
+            .running
+            .lock()
+            .expect("running tasks")
+            .insert(run.id, run.shared.clone());
+        tokio::spawn(self.clone().run(run, call));
+    }
+
     /// The call of a task, to its end: answered inline when the starter still waits,
     /// else settled on the row once the row exists.
-    pub(super) async fn run(self, run: Run, call: TaskWork) {
+    async fn run(self, run: Run, call: TaskWork) {
         let Run {
             id,
             shared,
