@@ -11,6 +11,7 @@ use rmcp::{ErrorData, RoleClient};
 use serde_json::json;
 
 use crate::helpers::{TestApp, spawn_pool_app};
+use crate::tasks::discover;
 use crate::upstreams::{HttpUpstream, text_of};
 
 /// A gateway client whose user answers every question with `answer`.
@@ -548,7 +549,6 @@ async fn a_question_is_answered_through_another_instance() {
 /// one instance.
 #[tokio::test]
 async fn a_round_is_resumed_through_another_instance() {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
     let app = spawn_pool_app().await;
     if !app.on_postgres() {
         return;
@@ -566,16 +566,8 @@ async fn a_round_is_resumed_through_another_instance() {
         .await;
     app.bind_ok("u", "a1", [&server]).await;
     let token = app.gateway_token("u", "a1").await;
-    let client = |at: &crate::helpers::TestApp| {
-        RoundAnswering.serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(at.gateway_client_config("a1", &token)),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
-    };
-    let here = client(&app).await.unwrap();
-    let there = client(&other).await.unwrap();
+    let here = discover(&app, "a1", &token, RoundAnswering).await;
+    let there = discover(&other, "a1", &token, RoundAnswering).await;
     let mut params = CallToolRequestParams::new("fx__confirm_delete");
     params.arguments = Some(
         json!({"filename": "notes.txt"})
@@ -642,7 +634,6 @@ impl rmcp::ClientHandler for NameAnswering {
 /// itself, asking the user's event stream, where nobody waited).
 #[tokio::test]
 async fn a_2026_07_28_client_answers_a_resources_round_itself() {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
     let app = crate::helpers::spawn_pool_app_with(|s| s.elicitation.timeout_secs = 2).await;
     let upstream = HttpUpstream::fixture_with(&[]).await;
     let server = app
@@ -653,15 +644,7 @@ async fn a_2026_07_28_client_answers_a_resources_round_itself() {
         .await;
     app.bind_ok("u", "a1", [&server]).await;
     let token = app.gateway_token("u", "a1").await;
-    let client = NameAnswering
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(app.gateway_client_config("a1", &token)),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let client = discover(&app, "a1", &token, NameAnswering).await;
     let read = client
         .read_resource(rmcp::model::ReadResourceRequestParams::new(
             "fixture://asking",

@@ -17,7 +17,7 @@ use crate::helpers::{Reply, TestApp, spawn_pool_app, spawn_pool_app_with};
 use crate::upstreams::eventually;
 
 /// `POST …/tools/{tool}/call` with `Prefer: respond-async`.
-async fn call_async(
+pub(crate) async fn call_async(
     app: &TestApp,
     user: &str,
     server: &str,
@@ -42,7 +42,7 @@ async fn task(app: &TestApp, user: &str, id: &str) -> Reply {
 }
 
 /// The task once it has left `working`.
-async fn ended(app: &TestApp, user: &str, id: &str) -> Value {
+pub(crate) async fn ended(app: &TestApp, user: &str, id: &str) -> Value {
     let mut last = Value::Null;
     for _ in 0..400 {
         last = task(app, user, id).await.body;
@@ -67,7 +67,12 @@ async fn until_running(app: &TestApp, user: &str, server: &str) {
     .await;
 }
 
-async fn fixture_counter(app: &TestApp, user: &str, server: &str, counter: &str) -> String {
+pub(crate) async fn fixture_counter(
+    app: &TestApp,
+    user: &str,
+    server: &str,
+    counter: &str,
+) -> String {
     let read = app
         .user(
             user,
@@ -342,7 +347,7 @@ impl rmcp::ClientHandler for PlainClient {
     }
 }
 
-async fn discover<H: rmcp::ClientHandler>(
+pub(crate) async fn discover<H: rmcp::ClientHandler>(
     app: &TestApp,
     assistant: &str,
     token: &str,
@@ -470,6 +475,24 @@ async fn a_gateway_client_that_declares_tasks_gets_quick_results_inline_and_a_ta
     );
 }
 
+/// A gateway task-declaring client of user `u`'s assistant `a1` and the task of its call
+/// of `fx__add`, which waits for the user's approval.
+async fn task_waiting_for_approval(
+    app: &TestApp,
+) -> (RunningService<rmcp::RoleClient, TasksClient>, String) {
+    app.fixture_for_a1(&[]).await;
+    let token = app.gateway_token("u", "a1").await;
+    let client = discover(app, "a1", &token, TasksClient).await;
+    let started = client
+        .call_tool_once(call("fx__add", json!({"a": 2, "b": 3})))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = started else {
+        panic!("a call waiting for approval becomes a task: {started:?}")
+    };
+    (client, created.task.task_id.clone())
+}
+
 /// The task of a call waiting for approval, once it is `input_required`: its one input
 /// request (key, request) and status message.
 async fn waiting_for_approval(
@@ -493,17 +516,7 @@ async fn waiting_for_approval(
 #[tokio::test]
 async fn a_gateway_task_waiting_for_approval_is_input_required_until_the_user_approves() {
     let app = spawn_pool_app().await;
-    app.fixture_for_a1(&[]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let client = discover(&app, "a1", &token, TasksClient).await;
-    let started = client
-        .call_tool_once(call("fx__add", json!({"a": 2, "b": 3})))
-        .await
-        .unwrap();
-    let CallToolResponse::Task(created) = started else {
-        panic!("a call waiting for approval becomes a task: {started:?}")
-    };
-    let id = created.task.task_id.clone();
+    let (client, id) = task_waiting_for_approval(&app).await;
     // It waits for input the client cannot give: a URL-mode question sending a person
     // to where calls are approved, naming the parked call; the status message says it.
     let (_, question, message) = waiting_for_approval(&client, &id).await;
@@ -531,17 +544,7 @@ async fn a_gateway_task_waiting_for_approval_is_input_required_until_the_user_ap
 #[tokio::test]
 async fn a_client_that_declines_the_approval_question_has_the_call_rejected() {
     let app = spawn_pool_app().await;
-    app.fixture_for_a1(&[]).await;
-    let token = app.gateway_token("u", "a1").await;
-    let client = discover(&app, "a1", &token, TasksClient).await;
-    let started = client
-        .call_tool_once(call("fx__add", json!({"a": 2, "b": 3})))
-        .await
-        .unwrap();
-    let CallToolResponse::Task(created) = started else {
-        panic!("a call waiting for approval becomes a task: {started:?}")
-    };
-    let id = created.task.task_id.clone();
+    let (client, id) = task_waiting_for_approval(&app).await;
     let (key, question, _) = waiting_for_approval(&client, &id).await;
     let parked = question["params"]["elicitationId"]
         .as_str()

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::elicitation::next_question;
 use crate::helpers::{TestApp, spawn_pool_app};
+use crate::tasks::{call_async, ended, fixture_counter};
 use crate::upstreams::{eventually, fixture_binary};
 
 /// User `u`'s server `tasks`: the stdio fixture serving tasks (a 2025-11-25 session, the
@@ -28,18 +29,7 @@ async fn task_serving_server(app: &TestApp) -> String {
 
 /// The tasks the fixture runs now.
 async fn servers_open_tasks(app: &TestApp, server: &str) -> String {
-    let read = app
-        .user(
-            "u",
-            Method::POST,
-            &format!("/api/mcp-servers/{server}/resources/read"),
-            Some(json!({"uri": "fixture://tasks"})),
-        )
-        .await;
-    read.body["contents"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    fixture_counter(app, "u", server, "tasks").await
 }
 
 #[tokio::test]
@@ -125,18 +115,7 @@ async fn cancelling_a_task_cancels_the_task_its_server_made() {
     let app = spawn_pool_app().await;
     let server = task_serving_server(&app).await;
 
-    let started = app
-        .send_raw(
-            app.request(
-                Method::POST,
-                &format!("/api/mcp-servers/{server}/tools/slow_compute/call"),
-            )
-            .bearer_auth(&app.service_key)
-            .header("X-User-Id", "u")
-            .header("Prefer", "respond-async")
-            .json(&json!({"arguments": {"seconds": 60}})),
-        )
-        .await;
+    let started = call_async(&app, "u", &server, "slow_compute", json!({"seconds": 60})).await;
     assert_eq!(started.status, StatusCode::ACCEPTED, "{}", started.text);
     let id = started.body["taskId"].as_str().unwrap().to_owned();
     eventually("the server made a task of the call", || async {
@@ -174,18 +153,14 @@ async fn a_task_its_server_runs_outlives_a_restart_of_the_service() {
             json!({"name": "tasks", "baseUrl": format!("{}/mcp", upstream.base)}),
         )
         .await;
-    let started = app
-        .send_raw(
-            app.request(
-                Method::POST,
-                &format!("/api/mcp-servers/{server}/tools/slow_compute/call"),
-            )
-            .bearer_auth(&app.service_key)
-            .header("X-User-Id", "u")
-            .header("Prefer", "respond-async")
-            .json(&json!({"arguments": {"seconds": 3, "label": "report"}})),
-        )
-        .await;
+    let started = call_async(
+        &app,
+        "u",
+        &server,
+        "slow_compute",
+        json!({"seconds": 3, "label": "report"}),
+    )
+    .await;
     assert_eq!(started.status, StatusCode::ACCEPTED, "{}", started.text);
     let id = started.body["taskId"].as_str().unwrap().to_owned();
     eventually("the server made a task of the call", || async {
@@ -195,17 +170,7 @@ async fn a_task_its_server_runs_outlives_a_restart_of_the_service() {
 
     let app = app.restart().await;
 
-    let mut last = Value::Null;
-    for _ in 0..200 {
-        last = app
-            .user("u", Method::GET, &format!("/api/tasks/{id}"), None)
-            .await
-            .body;
-        if last["status"] != "working" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let last = ended(&app, "u", &id).await;
     assert_eq!(last["status"], "completed", "{last}");
     assert_eq!(
         last["result"]["content"][0]["text"], "computed report in 3 s",
