@@ -522,6 +522,14 @@ async fn a_gateway_task_waiting_for_approval_is_input_required_until_the_user_ap
     let (_, question, message) = waiting_for_approval(&client, &id).await;
     assert_eq!(question["method"], "elicitation/create", "{question}");
     assert_eq!(question["params"]["mode"], "url", "{question}");
+    // The tool as the client calls it.
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'fx__add'"),
+        "{question}"
+    );
     let url = question["params"]["url"].as_str().unwrap();
     assert!(url.ends_with("/console/#/approvals"), "{url}");
     let parked = question["params"]["elicitationId"]

@@ -376,10 +376,7 @@ impl GatewayService {
         // a person to decide. Answering it does not approve (only the user does); declining
         // it rejects the call, as the user declining would.
         let mut waiting = match caller.task {
-            Some(task) => Some(
-                task.waiting_on(self.approval_question(message, &tool.name))
-                    .await,
-            ),
+            Some(task) => Some(task.waiting_on(self.approval_question(message, name)).await),
             None => None,
         };
         let limit = Duration::from_secs(self.settings.confirmation.timeout_secs + 60);
