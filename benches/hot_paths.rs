@@ -119,6 +119,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
                 sampling: Default::default(),
                 roots: Vec::new(),
                 session_scope: Default::default(),
+                catalog: None,
             },
             created_at: now,
             updated_at: now,

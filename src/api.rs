@@ -5,6 +5,7 @@
 
 mod assistants;
 mod auth;
+mod catalog;
 mod chat;
 pub(crate) mod connections;
 mod console;
@@ -173,6 +174,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(servers::routes())
         .merge(assistants::routes())
         .merge(presets::routes())
+        .merge(catalog::routes())
         .merge(keys::routes())
         .merge(upstream::routes())
         .merge(connections::routes())

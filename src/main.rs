@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mcp_pool::security::ApiKeyRole;
-use mcp_pool::services::KeyService;
+use mcp_pool::services::{CatalogService, KeyService, RegistrySync};
 use mcp_pool::{Application, Settings, startup, store, telemetry};
 
 /// Long-running, connection-churning service: jemalloc returns reaped sessions' memory
@@ -39,6 +39,11 @@ enum Command {
         #[command(subcommand)]
         action: KeysCommand,
     },
+    /// Manage the server catalog directly in the database.
+    Catalog {
+        #[command(subcommand)]
+        action: CatalogCommand,
+    },
     /// Inspect the configuration.
     Config {
         #[command(subcommand)]
@@ -54,6 +59,23 @@ enum KeysCommand {
         role: Role,
         #[arg(long, default_value = "created with the CLI")]
         name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum CatalogCommand {
+    /// Import server.json files, or every *.json file of a directory, or a Registry API.
+    /// Imported entries are disabled until enabled (console or PATCH /admin/catalog/…).
+    Import {
+        /// Files or directories of server.json documents.
+        paths: Vec<PathBuf>,
+        /// A Registry API's base URL to import from instead (e.g.
+        /// https://registry.modelcontextprotocol.io).
+        #[arg(long, conflicts_with = "paths")]
+        registry: Option<String>,
+        /// With --registry: only what changed since this time (RFC 3339).
+        #[arg(long, requires = "registry")]
+        updated_since: Option<chrono::DateTime<chrono::Utc>>,
     },
 }
 
@@ -131,6 +153,40 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             );
             store.close().await;
         }
+        Command::Catalog {
+            action:
+                CatalogCommand::Import {
+                    paths,
+                    registry,
+                    updated_since,
+                },
+        } => {
+            let store = startup::open_store(&settings).await?;
+            let catalog = CatalogService::new(store.clone(), std::sync::Arc::new(settings));
+            let imported = match registry {
+                Some(registry) => {
+                    let report = catalog
+                        .sync(RegistrySync {
+                            registry,
+                            updated_since,
+                        })
+                        .await?;
+                    for skipped in &report.skipped {
+                        eprintln!(
+                            "skipped {}@{}: {}",
+                            skipped.name, skipped.version, skipped.reason
+                        );
+                    }
+                    report.imported
+                }
+                None => catalog.import(read_documents(&paths)?).await?,
+            };
+            for entry in &imported {
+                println!("{} {} {}", entry.outcome, entry.name, entry.version);
+            }
+            eprintln!("imported {} document(s)", imported.len());
+            store.close().await;
+        }
         Command::Config {
             action: ConfigCommand::Check,
         } => {
@@ -165,4 +221,35 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The documents of `paths`: each file, and each `*.json` file of each directory (sorted, so
+/// an import's order is the same every time).
+fn read_documents(paths: &[PathBuf]) -> anyhow::Result<Vec<serde_json::Value>> {
+    use anyhow::Context;
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    if files.is_empty() {
+        anyhow::bail!("no server.json documents given (files, or directories of *.json files)");
+    }
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))
+        })
+        .collect()
 }

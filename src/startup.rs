@@ -90,6 +90,11 @@ impl Application {
             .take_over_orphans()
             .await
             .map_err(StartupError::Bootstrap)?;
+        // A first start fills the catalog with the built-in entries, all disabled. Not fatal:
+        // another instance starting at the same moment may have seeded it first.
+        if let Err(error) = services.catalog.seed().await {
+            tracing::warn!(%error, "the built-in catalog entries were not imported");
+        }
         let generated_admin_key = services
             .keys
             .bootstrap(settings.auth.bootstrap_admin_key.as_ref())

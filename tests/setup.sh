@@ -30,3 +30,13 @@ if [ ! -x tests/clients/.venv/bin/python ]; then
   python3 -m venv tests/clients/.venv
 fi
 tests/clients/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+
+# The catalog's real packages (tests/api/catalog.rs), installed ahead of time as an operator
+# would (README, "Pre-installing packages"): npm packages into an npx cache, PyPI ones into a
+# uv cache, so the service runs them with `npx --offline` / `uvx --offline`.
+catalog_npm_cache="$PWD/tests/catalog/.npm-cache"
+catalog_uv_cache="$PWD/tests/catalog/.uv-cache"
+for package in @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-memory@2026.8.31; do
+  NPM_CONFIG_CACHE="$catalog_npm_cache" npx --yes --package "$package" -c true
+done
+UV_CACHE_DIR="$catalog_uv_cache" tests/clients/.venv/bin/uvx --from mcp-server-time==2026.10.19 mcp-server-time --help >/dev/null

@@ -24,6 +24,7 @@ mod m20261202_000016_operator_lists;
 mod m20261203_000017_call_origins;
 mod m20261204_000018_preset_limits;
 mod m20261205_000019_task_upstream;
+mod m20261206_000020_catalog;
 
 pub struct Migrator;
 
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000017_call_origins::Migration),
             Box::new(m20261204_000018_preset_limits::Migration),
             Box::new(m20261205_000019_task_upstream::Migration),
+            Box::new(m20261206_000020_catalog::Migration),
         ]
     }
 }

@@ -112,7 +112,11 @@ fn domain_status(err: &Error) -> StatusCode {
         }
         Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         Error::ToolDisabled(_) => StatusCode::FORBIDDEN,
-        Error::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::InvalidArguments(_) | Error::InvalidServerJson(_) => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Error::CatalogEntryDisabled(_) => StatusCode::FORBIDDEN,
+        Error::RegistryUnavailable(_) => StatusCode::BAD_GATEWAY,
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,

@@ -35,6 +35,7 @@ use super::external_id::ExternalId;
         (name = "chat", description = "The agent loop"),
         (name = "gateway", description = "An assistant's servers as one MCP endpoint; its tokens and Xiaozhi bridge"),
         (name = "presets", description = "The stdio allow-list"),
+        (name = "catalog", description = "Servers users can add in one call, in the MCP Registry's server.json format"),
         (name = "oauth", description = "Users' OAuth authorization of remote servers"),
         (name = "admin", description = "Keys, connections, bridges and global servers (admin key)"),
         (name = "console", description = "The operators' web console's sign-in (an admin key, then its cookie)"),

@@ -63,6 +63,15 @@ pub struct ServerView {
     roots: Vec<crate::domain::RootEntry>,
     /// `user` or `conversation`.
     session_scope: &'static str,
+    /// The catalog entry the server was made from; its transport follows the entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    catalog: Option<String>,
+    /// The entry's version the user pinned (absent: the entry's current one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    catalog_version: Option<String>,
+    /// The values of the entry's inputs, secret ones as `••••••`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<BTreeMap<String, String>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -90,9 +99,33 @@ impl From<McpServer> for ServerView {
             sampling: spec.sampling,
             roots: spec.roots,
             session_scope: spec.session_scope.as_str(),
+            catalog: None,
+            catalog_version: None,
+            values: None,
             created_at: server.created_at,
             updated_at: server.updated_at,
         };
+        if let Some(using) = spec.catalog {
+            // Only what the entry resolved to: its inputs are set with `values`.
+            let mut values = using.values;
+            values.extend(using.secrets.masked());
+            view.catalog = Some(using.entry);
+            view.catalog_version = using.version;
+            view.values = Some(values);
+            match spec.transport {
+                Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => {
+                    view.base_url = Some(endpoint.url.masked());
+                    view.oauth = (!endpoint.oauth.is_empty())
+                        .then(|| crate::services::OAuthInput::masked(&endpoint.oauth));
+                }
+                Transport::Stdio(launch) => {
+                    view.command = Some(launch.command);
+                    view.args = Some(launch.args);
+                }
+                Transport::Embedded(_) => {}
+            }
+            return view;
+        }
         match spec.transport {
             Transport::Sse(endpoint) | Transport::StreamableHttp(endpoint) => {
                 view.base_url = Some(endpoint.url.masked());

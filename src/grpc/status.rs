@@ -15,7 +15,11 @@ pub const AUTHORIZATION_URL_KEY: &str = "authorization-url";
 
 pub fn from_error(error: &Error) -> Status {
     let code = match error {
-        Error::Validation(_) | Error::InvalidArguments(_) => Code::InvalidArgument,
+        Error::Validation(_) | Error::InvalidArguments(_) | Error::InvalidServerJson(_) => {
+            Code::InvalidArgument
+        }
+        Error::CatalogEntryDisabled(_) => Code::PermissionDenied,
+        Error::RegistryUnavailable(_) => Code::Unavailable,
         Error::NotFound(..) => Code::NotFound,
         Error::Conflict(_) => Code::AlreadyExists,
         Error::ServerInactive | Error::AlreadySettled(_) => Code::FailedPrecondition,

@@ -8,6 +8,7 @@ mod assistant_tools;
 mod assistants;
 mod audit;
 mod auth;
+mod catalog;
 mod chat;
 mod cli;
 mod cluster;

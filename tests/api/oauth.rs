@@ -65,7 +65,7 @@ pub async fn start(app: &TestApp, user: &str, server: &str) -> Reply {
 }
 
 /// Starts an authorization and completes it as the user would.
-async fn authorize(app: &TestApp, user: &str, server: &str) {
+pub(crate) async fn authorize(app: &TestApp, user: &str, server: &str) {
     let started = start(app, user, server).await;
     assert_eq!(started.status, StatusCode::OK, "{}", started.text);
     let done = browse(started.body["authorizationUrl"].as_str().unwrap()).await;

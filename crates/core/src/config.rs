@@ -48,6 +48,31 @@ pub struct Settings {
     pub console: ConsoleSettings,
     pub tasks: TaskSettings,
     pub audit: AuditSettings,
+    pub catalog: CatalogSettings,
+}
+
+/// The server catalog (see `services::catalog`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSettings {
+    /// Import the built-in entries (all disabled) when the catalog is empty at start.
+    pub seed: bool,
+    pub registry_timeout_secs: u64,
+    /// Registry type (`npm`, `pypi`, `oci`…) → how its packages run.
+    pub runtimes: BTreeMap<String, RuntimeSettings>,
+}
+
+/// How packages of one registry type run, from what the operator installed ahead of time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSettings {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The package as the runtime names it: `{identifier}` and `{version}` replaced.
+    pub package: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// The audit log (see `services::audit`).
@@ -405,7 +430,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 36] = [
+        let positive: [(&'static str, u64); 37] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             (
@@ -484,6 +509,10 @@ impl Settings {
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
             ("audit.max_detail_bytes", self.audit.max_detail_bytes as u64),
             ("audit.flush_ms", self.audit.flush_ms),
+            (
+                "catalog.registry_timeout_secs",
+                self.catalog.registry_timeout_secs,
+            ),
         ];
         for (key, value) in positive {
             if value == 0 {

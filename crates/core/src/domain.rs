@@ -4,6 +4,7 @@
 //! JSON field names or the database.
 
 mod call_origin;
+mod catalog;
 mod ids;
 mod preset;
 mod secret_map;
@@ -14,13 +15,18 @@ mod tool_call;
 pub mod tool_name;
 
 pub use call_origin::{CallOrigin, CallVia};
+pub use catalog::{
+    CatalogEntry, CatalogVersion, EntryKind, Field, PackageRuntime, Resolved, Runnable,
+    SERVER_JSON_SCHEMA_VERSION, ServerJson, newer_version, whole_match,
+};
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;
 pub use server::{
-    EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry, SamplingPolicy,
-    SamplingSettings, ServerSpec, SessionScope, StdioLaunch, Transport, TransportKind,
+    CatalogUse, EmbeddedKind, McpServer, OAuthClientSettings, RemoteEndpoint, RootEntry,
+    SamplingPolicy, SamplingSettings, ServerSpec, SessionScope, StdioLaunch, Transport,
+    TransportKind,
 };
 pub use task::{TaskOrigin, TaskStatus};
 pub use tool_call::{ToolCallRecord, ToolCallStatus};

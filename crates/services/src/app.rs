@@ -17,9 +17,9 @@ use crate::pool::Pool;
 use crate::security::UrlPolicy;
 use crate::services::assistants::BindingCache;
 use crate::services::{
-    AssistantService, AuditTrail, GatewayService, GlobalServers, KeyService, OAuthService,
-    OperatorService, PresetService, RateLimits, ServerService, Tasks, ToolCallService,
-    UpstreamService, elicitations, sampling, server_logs, tool_calls, upstream,
+    AssistantService, AuditTrail, CatalogService, GatewayService, GlobalServers, KeyService,
+    OAuthService, OperatorService, PresetService, RateLimits, ServerService, Tasks,
+    ToolCallService, UpstreamService, elicitations, sampling, server_logs, tool_calls, upstream,
 };
 use crate::store::Store;
 
@@ -30,6 +30,7 @@ pub struct Services {
     pub servers: ServerService,
     pub assistants: AssistantService,
     pub presets: PresetService,
+    pub catalog: CatalogService,
     pub keys: KeyService,
     pub operators: OperatorService,
     pub upstream: UpstreamService,
@@ -111,6 +112,7 @@ impl Services {
             sampling.clone(),
             forwarder.clone(),
         );
+        let catalog = CatalogService::new(store.clone(), settings.clone());
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),
@@ -123,6 +125,7 @@ impl Services {
                 elicitations: elicitations.clone(),
                 rate_limits,
                 audit: audit.clone(),
+                catalog: catalog.clone(),
             },
         );
         let confirmations = Confirmations::start(ConfirmDeps {
@@ -213,6 +216,7 @@ impl Services {
             assistants: AssistantService::new(store.clone(), settings.clone(), bindings.clone()),
             bindings,
             presets: PresetService::new(store.clone(), settings.clone()),
+            catalog,
             keys: KeyService::new(store.clone(), &settings),
             operators,
             store,

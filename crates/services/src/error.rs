@@ -37,6 +37,8 @@ pub enum Resource {
     Task,
     /// A row of the audit log.
     AuditRow,
+    /// An entry of the server catalog (or one version of it).
+    CatalogEntry,
 }
 
 impl Resource {
@@ -59,6 +61,7 @@ impl Resource {
             Resource::SamplingRequest => "SAMPLING_REQUEST_NOT_FOUND",
             Resource::Task => "TASK_NOT_FOUND",
             Resource::AuditRow => "AUDIT_ROW_NOT_FOUND",
+            Resource::CatalogEntry => "CATALOG_ENTRY_NOT_FOUND",
         }
     }
 
@@ -81,6 +84,7 @@ impl Resource {
             Resource::SamplingRequest => "sampling request",
             Resource::Task => "task",
             Resource::AuditRow => "audit row",
+            Resource::CatalogEntry => "catalog entry",
         }
     }
 }
@@ -115,6 +119,15 @@ pub enum Error {
     InvalidArguments(Vec<String>),
     #[error("the MCP server is not active; enable it first")]
     ServerInactive,
+    /// A `server.json` the Registry's schema refuses; one line per problem.
+    #[error("server.json is not valid: {}", .0.join("; "))]
+    InvalidServerJson(Vec<String>),
+    /// A server made from a catalog entry the operator has since disabled.
+    #[error("catalog entry '{0}' is disabled by the operator")]
+    CatalogEntryDisabled(String),
+    /// A Registry API that could not be read: why, in words.
+    #[error("the registry could not be read: {0}")]
+    RegistryUnavailable(String),
     /// The tool call was already approved, rejected or timed out.
     #[error("tool call '{0}' is already settled")]
     AlreadySettled(String),
@@ -225,6 +238,9 @@ impl Error {
             Error::ToolDisabled(_) => "TOOL_DISABLED",
             Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
             Error::ServerInactive => "SERVER_INACTIVE",
+            Error::InvalidServerJson(_) => "SERVER_JSON_INVALID",
+            Error::CatalogEntryDisabled(_) => "CATALOG_ENTRY_DISABLED",
+            Error::RegistryUnavailable(_) => "REGISTRY_UNAVAILABLE",
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::RateLimited { .. } => "RATE_LIMITED",
             Error::HeldElsewhere => "HELD_ELSEWHERE",

@@ -7,6 +7,7 @@
 pub(crate) mod assistants;
 pub mod audit;
 mod authenticator;
+mod catalog;
 pub mod elicitations;
 mod gateway;
 pub mod global_servers;
@@ -26,6 +27,10 @@ pub(crate) mod upstream;
 
 pub use assistants::AssistantService;
 pub use audit::AuditTrail;
+pub use catalog::{
+    CatalogService, EntryDetail, EntryUpdate, ImportedEntry, Page, RegistrySync, SkippedEntry,
+    SyncReport,
+};
 pub use gateway::{GatewayChannel, GatewayPrincipal, GatewayService, GatewayTools};
 pub use global_servers::{GlobalServers, GlobalServersReloader};
 pub use keys::{ConsoleSession, KeyService, Principal, console_csrf};

@@ -5,6 +5,8 @@ pub mod api_key;
 pub mod assistant_server;
 pub mod assistant_setting;
 pub mod audit_entry;
+pub mod catalog_entry;
+pub mod catalog_version;
 pub mod console_signout;
 pub mod conversation;
 pub mod gateway_token;

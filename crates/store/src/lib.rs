@@ -24,6 +24,7 @@ use crate::security::Cipher;
 mod api_keys;
 mod assistants;
 mod audit;
+mod catalog;
 mod checkpoints;
 mod conversations;
 mod entities;
@@ -41,6 +42,7 @@ mod tasks;
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
 pub use assistants::AssistantRepo;
 pub use audit::{AuditEntry, AuditFilter, AuditOutcome, AuditRepo, AuditRow};
+pub use catalog::{CatalogRepo, CatalogSummary, Imported};
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};
 pub use gateway::{GatewayRepo, GatewayToken, XiaozhiBridge};
 pub use instances::InstanceRepo;
@@ -56,6 +58,24 @@ pub use tasks::{StoredTask, TaskRepo, UpstreamTask};
 /// PostgreSQL 100–200 ms for the users, measured in BENCHMARKS.md); past this a page says
 /// "at least this many" and the operator narrows the filter or pages on.
 pub const COUNT_CAP: u64 = 10_000;
+
+/// `column` holds `search`, in any case; `%`, `_` and a backslash in `search` are literal.
+fn contains(
+    column: impl sea_orm::sea_query::IntoColumnRef,
+    search: &str,
+) -> sea_orm::sea_query::Expr {
+    use sea_orm::sea_query::{Expr, ExprTrait, Func, LikeExpr};
+    let mut escaped = String::with_capacity(search.len() + 2);
+    escaped.push('%');
+    for c in search.to_ascii_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped.push('%');
+    Expr::expr(Func::lower(Expr::col(column))).like(LikeExpr::new(escaped).escape('\\'))
+}
 
 /// How many rows a list holds, counted up to [`COUNT_CAP`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,6 +402,10 @@ impl Store {
 
     pub fn assistants(&self) -> AssistantRepo {
         AssistantRepo::new(self.db.clone())
+    }
+
+    pub fn catalog(&self) -> CatalogRepo {
+        CatalogRepo::new(self.db.clone(), self.cipher.clone())
     }
 
     pub fn presets(&self) -> PresetRepo {

@@ -11,10 +11,12 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::entities::{assistant_server, mcp_server};
-use super::{Counted, Db, StoreError, corrupt, count_capped, from_json, open_map, seal_map};
+use super::{
+    Counted, Db, StoreError, contains, corrupt, count_capped, from_json, open_map, seal_map,
+};
 use crate::domain::{
-    EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec, SessionScope,
-    StdioLaunch, Transport, TransportKind, UserId,
+    CatalogUse, EmbeddedKind, McpServer, RemoteEndpoint, SecretUrl, ServerName, ServerSpec,
+    SessionScope, StdioLaunch, Transport, TransportKind, UserId,
 };
 use crate::security::Cipher;
 
@@ -154,6 +156,53 @@ impl ServerRepo {
             .filter(mcp_server::Column::Preset.eq(preset))
             .count(self.db.reader()?)
             .await?)
+    }
+
+    /// The servers made from a catalog entry, oldest first, a page at a time, and how many
+    /// there are.
+    pub async fn using_catalog_entry(
+        &self,
+        entry: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<McpServer>, u64), StoreError> {
+        use sea_orm::QuerySelect;
+        let query = mcp_server::Entity::find().filter(mcp_server::Column::CatalogEntry.eq(entry));
+        let total = query.clone().count(self.db.reader()?).await?;
+        let servers = query
+            .order_by_asc(mcp_server::Column::CreatedAt)
+            .order_by_asc(mcp_server::Column::Id)
+            .offset(offset)
+            .limit(limit)
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(|row| self.to_domain(row))
+            .collect::<Result<_, _>>()?;
+        Ok((servers, total))
+    }
+
+    /// How many servers each catalog entry has (entries with none are absent).
+    pub async fn count_by_catalog_entry(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        use sea_orm::{FromQueryResult, QuerySelect};
+        #[derive(FromQueryResult)]
+        struct Row {
+            catalog_entry: Option<String>,
+            servers: i64,
+        }
+        let rows = mcp_server::Entity::find()
+            .select_only()
+            .column(mcp_server::Column::CatalogEntry)
+            .column_as(mcp_server::Column::Id.count(), "servers")
+            .filter(mcp_server::Column::CatalogEntry.is_not_null())
+            .group_by(mcp_server::Column::CatalogEntry)
+            .into_model::<Row>()
+            .all(self.db.reader()?)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.catalog_entry.map(|e| (e, r.servers.max(0) as u64)))
+            .collect())
     }
 
     /// Which of `ids` belong to `user`.
@@ -316,6 +365,13 @@ impl ServerRepo {
             roots: Set((!spec.roots.is_empty()).then(|| serde_json::json!(spec.roots))),
             session_scope: Set((spec.session_scope != SessionScope::User)
                 .then(|| spec.session_scope.as_str().to_owned())),
+            catalog_entry: Set(spec.catalog.as_ref().map(|c| c.entry.clone())),
+            catalog_version: Set(spec.catalog.as_ref().and_then(|c| c.version.clone())),
+            catalog_values: Set(spec.catalog.as_ref().map(|c| serde_json::json!(c.values))),
+            catalog_secrets: Set(spec
+                .catalog
+                .as_ref()
+                .and_then(|c| seal_map(&self.cipher, &c.secrets))),
             created_at: Set(server.created_at),
             updated_at: Set(server.updated_at),
         }
@@ -381,6 +437,18 @@ impl ServerRepo {
                     }
                     None => SessionScope::User,
                 },
+                catalog: match row.catalog_entry {
+                    Some(entry) => Some(CatalogUse {
+                        entry,
+                        version: row.catalog_version,
+                        values: match row.catalog_values {
+                            Some(json) => from_json("catalog_values", json)?,
+                            None => BTreeMap::new(),
+                        },
+                        secrets: open_map(&self.cipher, row.catalog_secrets.as_deref())?,
+                    }),
+                    None => None,
+                },
             },
             created_at: row.created_at,
             updated_at: row.updated_at,
@@ -392,19 +460,4 @@ impl ServerRepo {
 fn seal_url(cipher: &Cipher, url: &SecretUrl) -> Option<String> {
     url.has_secrets()
         .then(|| cipher.seal(url.expose().as_str()))
-}
-
-/// `column` holds `search`, in any case; `%`, `_` and a backslash in `search` are literal.
-fn contains(column: mcp_server::Column, search: &str) -> Expr {
-    use sea_orm::sea_query::{ExprTrait, Func, LikeExpr};
-    let mut escaped = String::with_capacity(search.len() + 2);
-    escaped.push('%');
-    for c in search.to_ascii_lowercase().chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped.push('%');
-    Expr::expr(Func::lower(Expr::col(column))).like(LikeExpr::new(escaped).escape('\\'))
 }

@@ -179,7 +179,11 @@ impl Transport {
             Transport::Stdio(launch) => {
                 let mut line = vec![launch.command.as_str()];
                 line.extend(launch.args.iter().map(String::as_str));
-                format!("{} (preset {})", line.join(" "), launch.preset)
+                if launch.preset.contains('/') {
+                    format!("{} (catalog {})", line.join(" "), launch.preset)
+                } else {
+                    format!("{} (preset {})", line.join(" "), launch.preset)
+                }
             }
             Transport::Embedded(kind) => format!("embedded {}", kind.as_str()),
         }
@@ -202,6 +206,34 @@ pub struct ServerSpec {
     pub roots: Vec<RootEntry>,
     /// Whether the user's callers share one upstream session.
     pub session_scope: SessionScope,
+    /// The catalog entry the server was made from; its transport is then resolved from the
+    /// entry again at every connect (the stored one is what it resolved to when saved).
+    pub catalog: Option<CatalogUse>,
+}
+
+/// A server made from a catalog entry: which, the user's pinned version, and their values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogUse {
+    pub entry: String,
+    /// Set when the user pinned a version; else the entry's pinned or latest one applies.
+    pub version: Option<String>,
+    pub values: BTreeMap<String, String>,
+    /// The values of the entry's secret inputs.
+    pub secrets: SecretMap,
+}
+
+impl CatalogUse {
+    /// Every value by field name, secret or not, as the entry resolves them.
+    pub fn all_values(&self) -> BTreeMap<String, String> {
+        let mut all = self.values.clone();
+        all.extend(
+            self.secrets
+                .expose()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        all
+    }
 }
 
 /// Who shares an upstream session of a server.

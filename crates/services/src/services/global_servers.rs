@@ -154,6 +154,7 @@ impl GlobalServers {
                             sampling: Default::default(),
                             roots: Vec::new(),
                             session_scope: Default::default(),
+                            catalog: None,
                         },
                         created_at: now,
                         updated_at: now,

@@ -68,7 +68,7 @@ pub struct Paging {
 
 impl Paging {
     /// (page, page size), checked: pages of 1 to [`MAX_AUDIT_PAGE`] rows (50 by default).
-    fn checked(self) -> Result<(u64, u64)> {
+    pub(crate) fn checked(self) -> Result<(u64, u64)> {
         let page_size = self.page_size.unwrap_or(50);
         if !(1..=MAX_AUDIT_PAGE).contains(&page_size) {
             return Err(Error::validation(format!(
@@ -84,7 +84,7 @@ impl Paging {
 }
 
 /// A search term: trimmed, none when empty, at most 128 characters.
-fn search_term(search: Option<String>) -> Result<Option<String>> {
+pub(crate) fn search_term(search: Option<String>) -> Result<Option<String>> {
     let Some(search) = search
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())

@@ -1,5 +1,6 @@
 //! Users' MCP server definitions: create, read, update, delete, with every rule applied.
 
+mod catalog;
 mod input;
 mod transport;
 
@@ -37,6 +38,8 @@ pub struct ServerService {
     oauth: super::OAuthService,
     /// An admin's change to a user's server is on the record.
     audit: Option<super::AuditTrail>,
+    /// Servers made from a catalog entry.
+    catalog: super::CatalogService,
 }
 
 impl ServerService {
@@ -50,6 +53,8 @@ impl ServerService {
         oauth: super::OAuthService,
     ) -> Self {
         Self {
+            // Stateless over the store: its own handle resolves entries as any other's.
+            catalog: super::CatalogService::new(store.clone(), settings.clone()),
             store,
             settings,
             url_policy,
@@ -196,23 +201,15 @@ impl ServerService {
         input: ServerInput,
         current: Option<&ServerSpec>,
     ) -> Result<ServerSpec> {
-        let name = match (&input.name, current) {
-            (Some(raw), _) => ServerName::parse(raw)?,
-            (None, Some(current)) => current.name.clone(),
-            (None, None) => return Err(Error::validation("name is required")),
+        let name = match (&input.name, current, &input.catalog) {
+            (Some(raw), _, _) => ServerName::parse(raw)?,
+            (None, Some(current), _) => current.name.clone(),
+            (None, None, Some(entry)) => default_name(entry)?,
+            (None, None, None) => return Err(Error::validation("name is required")),
         };
-        let kind = self.transport_kind(&input, current)?;
-        // Fields of the current transport carry over only while the family is unchanged.
-        let carried = current
-            .map(|c| &c.transport)
-            .filter(|t| t.kind().is_remote() == kind.is_remote());
-        let transport = if kind == TransportKind::Embedded {
-            embedded_transport(&input, current.map(|c| &c.transport))?
-        } else if kind.is_remote() {
-            self.remote_transport(kind, &input, carried).await?
-        } else {
-            self.stdio_transport(&input, carried.and_then(Transport::stdio))
-                .await?
+        let (transport, catalog) = match self.catalog_transport(&input, current).await? {
+            Some((transport, using)) => (transport, Some(using)),
+            None => (self.plain_transport(&input, current).await?, None),
         };
         let limits = &self.settings.limits;
         let timeout_secs = match input.timeout_secs {
@@ -247,6 +244,7 @@ impl ServerService {
         Ok(ServerSpec {
             name,
             transport,
+            catalog,
             sampling,
             roots,
             session_scope,
@@ -266,6 +264,32 @@ impl ServerService {
                 current.map(|c| &c.auto_approve_tools),
             )?,
         })
+    }
+
+    /// The transport of a server not made from the catalog, laid over `current`'s.
+    async fn plain_transport(
+        &self,
+        input: &ServerInput,
+        current: Option<&ServerSpec>,
+    ) -> Result<Transport> {
+        if input.values.is_some() || input.catalog_version.is_some() {
+            return Err(Error::validation(
+                "values and catalogVersion only apply to servers made from the catalog (give catalog)",
+            ));
+        }
+        let kind = self.transport_kind(input, current)?;
+        // Fields of the current transport carry over only while the family is unchanged.
+        let carried = current
+            .map(|c| &c.transport)
+            .filter(|t| t.kind().is_remote() == kind.is_remote());
+        if kind == TransportKind::Embedded {
+            embedded_transport(input, current.map(|c| &c.transport))
+        } else if kind.is_remote() {
+            self.remote_transport(kind, input, carried).await
+        } else {
+            self.stdio_transport(input, carried.and_then(Transport::stdio))
+                .await
+        }
     }
 
     /// A policy that runs requests must name a configured provider and a model it offers.
@@ -290,6 +314,26 @@ impl ServerService {
         }
         Ok(sampling)
     }
+}
+
+/// A server's name from its catalog entry's: `io.github.x/weather-api` → `weather-api`.
+fn default_name(entry: &str) -> Result<ServerName> {
+    let short: String = entry
+        .rsplit('/')
+        .next()
+        .unwrap_or(entry)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    ServerName::parse(&short)
+        .map_err(|_| Error::validation("name is required (the entry's name does not make one)"))
 }
 
 /// A malformed id cannot exist, so it answers exactly like a missing one.

@@ -69,6 +69,8 @@ pub struct UserFacing {
     pub rate_limits: Arc<RateLimits>,
     /// Where every call's audit row goes.
     pub audit: super::AuditTrail,
+    /// What servers made from a catalog entry run now.
+    pub catalog: super::CatalogService,
 }
 
 #[derive(Clone)]
@@ -91,6 +93,7 @@ pub struct UpstreamService {
     revision: SessionRevision,
     /// Every call's row, written here: the one door every call passes.
     audit: super::AuditTrail,
+    catalog: super::CatalogService,
 }
 
 impl UpstreamService {
@@ -108,6 +111,7 @@ impl UpstreamService {
             elicitations,
             rate_limits,
             audit,
+            catalog,
         } = user_facing;
         Self {
             store,
@@ -121,6 +125,7 @@ impl UpstreamService {
             elicitations,
             revision: SessionRevision::Newest,
             audit,
+            catalog,
         }
     }
 

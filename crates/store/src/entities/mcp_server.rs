@@ -45,6 +45,15 @@ pub struct Model {
     /// `conversation`; NULL is `user`.
     #[sea_orm(column_type = "String(StringLen::N(16))", nullable)]
     pub session_scope: Option<String>,
+    /// The catalog entry the server was made from, and the version the user pinned.
+    pub catalog_entry: Option<String>,
+    pub catalog_version: Option<String>,
+    /// The user's values for the entry's inputs that are not secret.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub catalog_values: Option<Json>,
+    /// Sealed JSON object: the values of the entry's secret inputs.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub catalog_secrets: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

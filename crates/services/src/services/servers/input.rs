@@ -54,6 +54,14 @@ pub struct ServerInput {
     /// `conversation` (one per chat conversation and gateway session: stateful servers).
     #[schema(pattern = "^(user|conversation)$")]
     pub session_scope: Option<String>,
+    /// The catalog entry to make the server from (`GET /api/catalog`), e.g.
+    /// `io.github.modelcontextprotocol/filesystem`; its transport then comes from the entry.
+    pub catalog: Option<String>,
+    /// A version of the entry to stay on; absent follows the entry's current version.
+    pub catalog_version: Option<String>,
+    /// Values for the entry's inputs, by field name (`fields` of the catalog entry).
+    /// A secret sent as `********` keeps the stored one; on update, the whole set is replaced.
+    pub values: Option<BTreeMap<String, String>>,
 }
 
 /// A server's OAuth client as the API shows and takes it.

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::UpstreamService;
-use crate::domain::{McpServer, PresetSpec, SecretUrl, Transport, UserId};
+use crate::domain::{McpServer, PresetSpec, Resolved, SecretUrl, Transport, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{StdioLimits, UpstreamSpec, UpstreamTransport};
 use crate::pool::ServerRuntime;
@@ -41,54 +41,31 @@ impl UpstreamService {
         let mut preset_timeout = None;
         // Global servers are the admin's own definitions: no preset, no URL policy.
         let global = server.user_id == UserId::global();
-        let transport = match &server.spec.transport {
-            Transport::Stdio(launch) if global => UpstreamTransport::Stdio {
-                command: launch.command.clone(),
-                args: launch.args.clone(),
-                env: launch.env.expose().clone(),
-                inherited_env: self.inherited_env(),
-                working_dir: self.working_dir(&server),
-                limits: self.stdio_limits(None),
-            },
-            Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
-                url: endpoint.url.clone(),
-                headers: endpoint.headers.expose().clone(),
-            },
-            Transport::StreamableHttp(endpoint) if global => UpstreamTransport::StreamableHttp {
-                url: endpoint.url.clone(),
-                headers: endpoint.headers.expose().clone(),
-            },
-            Transport::Stdio(launch) => {
-                let preset = self
-                    .store
-                    .presets()
-                    .get(&launch.preset)
-                    .await?
-                    .ok_or_else(|| Error::NotFound(Resource::Preset, launch.preset.clone()))?;
-                preset_timeout = preset.spec.timeout_secs;
-                let resolved = preset.spec.resolve(
-                    &launch.preset_args,
-                    &launch.env,
-                    self.settings.limits.max_value_bytes,
-                )?;
-                UpstreamTransport::Stdio {
-                    command: resolved.command,
-                    args: resolved.args,
-                    env: resolved.env.expose().clone(),
+        let transport = match &server.spec.catalog {
+            // Made from the catalog: the entry resolved again (its version in force now).
+            Some(using) if !global => match self.catalog.resolve(using).await? {
+                Resolved::Stdio(launch) => UpstreamTransport::Stdio {
+                    command: launch.command,
+                    args: launch.args,
+                    env: launch.env.expose().clone(),
                     inherited_env: self.inherited_env(),
                     working_dir: self.working_dir(&server),
-                    limits: self.stdio_limits(Some(&preset.spec)),
+                    limits: self.stdio_limits(None),
+                },
+                Resolved::Remote { sse, url, headers } => {
+                    let url = self.checked(&SecretUrl::new(url)).await?;
+                    let headers = headers.expose().clone();
+                    if sse {
+                        UpstreamTransport::Sse { url, headers }
+                    } else {
+                        UpstreamTransport::StreamableHttp { url, headers }
+                    }
                 }
+            },
+            _ => {
+                self.stored_transport(&server, global, &mut preset_timeout)
+                    .await?
             }
-            Transport::Sse(endpoint) => UpstreamTransport::Sse {
-                url: self.checked(&endpoint.url).await?,
-                headers: endpoint.headers.expose().clone(),
-            },
-            Transport::StreamableHttp(endpoint) => UpstreamTransport::StreamableHttp {
-                url: self.checked(&endpoint.url).await?,
-                headers: endpoint.headers.expose().clone(),
-            },
-            Transport::Embedded(kind) => UpstreamTransport::Embedded(*kind),
         };
         let timeout_secs = server
             .spec
@@ -115,6 +92,65 @@ impl UpstreamService {
             },
             call_timeout: Duration::from_secs(timeout_secs.into()),
             server,
+        })
+    }
+
+    /// What a server's stored transport runs: a user's stdio server from its preset,
+    /// resolved anew; a remote one under the URL policy once more.
+    async fn stored_transport(
+        &self,
+        server: &McpServer,
+        global: bool,
+        preset_timeout: &mut Option<u32>,
+    ) -> Result<UpstreamTransport> {
+        Ok(match &server.spec.transport {
+            Transport::Stdio(launch) if global => UpstreamTransport::Stdio {
+                command: launch.command.clone(),
+                args: launch.args.clone(),
+                env: launch.env.expose().clone(),
+                inherited_env: self.inherited_env(),
+                working_dir: self.working_dir(server),
+                limits: self.stdio_limits(None),
+            },
+            Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) if global => UpstreamTransport::StreamableHttp {
+                url: endpoint.url.clone(),
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::Stdio(launch) => {
+                let preset = self
+                    .store
+                    .presets()
+                    .get(&launch.preset)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(Resource::Preset, launch.preset.clone()))?;
+                *preset_timeout = preset.spec.timeout_secs;
+                let resolved = preset.spec.resolve(
+                    &launch.preset_args,
+                    &launch.env,
+                    self.settings.limits.max_value_bytes,
+                )?;
+                UpstreamTransport::Stdio {
+                    command: resolved.command,
+                    args: resolved.args,
+                    env: resolved.env.expose().clone(),
+                    inherited_env: self.inherited_env(),
+                    working_dir: self.working_dir(server),
+                    limits: self.stdio_limits(Some(&preset.spec)),
+                }
+            }
+            Transport::Sse(endpoint) => UpstreamTransport::Sse {
+                url: self.checked(&endpoint.url).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::StreamableHttp(endpoint) => UpstreamTransport::StreamableHttp {
+                url: self.checked(&endpoint.url).await?,
+                headers: endpoint.headers.expose().clone(),
+            },
+            Transport::Embedded(kind) => UpstreamTransport::Embedded(*kind),
         })
     }
 
