@@ -19,6 +19,7 @@ use super::auth::{AdminContext, UserContext};
 use super::error::ApiError;
 use super::extract::{Json, Path, Query};
 use crate::domain::Field;
+use crate::error::Error;
 use crate::services::operators::Paging;
 use crate::services::{EntryDetail, EntryUpdate, ImportedEntry, RegistrySync, SyncReport};
 
@@ -27,6 +28,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(list_for_user))
         .routes(routes!(read_for_user))
         .routes(routes!(list, import))
+        .routes(routes!(import_registry))
         .routes(routes!(read, update, remove))
         .routes(routes!(servers))
 }
@@ -234,30 +236,43 @@ async fn list(
     }))
 }
 
-/// What `POST /admin/catalog` takes: one `server.json`, an array of them, or a Registry
-/// API to read (`{"registry": "https://…", "updatedSince": "…"}`).
+/// One `server.json` document (checked against the Registry's schema on import).
+#[derive(Deserialize, ToSchema)]
+struct Document(serde_json::Map<String, Value>);
+
+/// Several documents, imported together or not at all.
+#[derive(Deserialize)]
+struct Documents(Vec<Document>);
+
+impl utoipa::PartialSchema for Documents {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::ArrayBuilder;
+        ArrayBuilder::new()
+            .items(<Document as utoipa::PartialSchema>::schema())
+            .min_items(Some(1))
+            .into()
+    }
+}
+
+impl ToSchema for Documents {}
+
+/// What `POST /admin/catalog` takes: one `server.json`, or an array of them.
 #[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
 enum ImportInput {
-    Registry(RegistrySync),
-    Many(Vec<Value>),
-    One(Value),
+    Many(Documents),
+    One(Document),
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ImportReport {
     imported: Vec<ImportedEntry>,
-    /// From a registry: what it listed that the schema refused, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    skipped: Option<Vec<crate::services::SkippedEntry>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pages: Option<usize>,
 }
 
-/// Imports `server.json` documents (each validated against the Registry's schema; one
-/// invalid document imports none, 422 `SERVER_JSON_INVALID` says where and why), or reads
-/// a Registry API page by page. New entries are disabled until enabled.
+/// Imports `server.json` documents: each is validated against the Registry's schema, and
+/// one invalid document imports none (422 `SERVER_JSON_INVALID` says which, where and
+/// why). New entries are disabled until enabled.
 #[utoipa::path(post, path = "/admin/catalog", tag = "catalog",
     request_body = ImportInput, responses((status = CREATED, body = ImportReport)))]
 async fn import(
@@ -265,31 +280,31 @@ async fn import(
     _admin: AdminContext,
     Json(input): Json<ImportInput>,
 ) -> Result<(StatusCode, JsonResponse<ImportReport>), ApiError> {
-    let catalog = &state.services.catalog;
-    let report = match input {
-        ImportInput::Registry(sync) => {
-            let SyncReport {
-                pages,
-                imported,
-                skipped,
-            } = catalog.sync(sync).await?;
-            ImportReport {
-                imported,
-                skipped: Some(skipped),
-                pages: Some(pages),
-            }
+    let documents: Vec<Value> = match input {
+        ImportInput::Many(Documents(many)) => {
+            many.into_iter().map(|d| Value::Object(d.0)).collect()
         }
-        ImportInput::Many(documents) => ImportReport {
-            imported: catalog.import(documents).await?,
-            skipped: None,
-            pages: None,
-        },
-        ImportInput::One(document) => ImportReport {
-            imported: catalog.import(vec![document]).await?,
-            skipped: None,
-            pages: None,
-        },
+        ImportInput::One(one) => vec![Value::Object(one.0)],
     };
+    if documents.is_empty() {
+        return Err(Error::validation("give a server.json, or an array of at least one").into());
+    }
+    let imported = state.services.catalog.import(documents).await?;
+    Ok((StatusCode::CREATED, JsonResponse(ImportReport { imported })))
+}
+
+/// Reads a Registry API (`GET /v0.1/servers`, page by page with its cursor, optionally
+/// only what changed since `updatedSince`) and imports what it lists; documents the
+/// schema refuses are skipped and listed, deleted ones ignored. 502
+/// `REGISTRY_UNAVAILABLE` when it cannot be read.
+#[utoipa::path(post, path = "/admin/catalog/registry", tag = "catalog",
+    request_body = RegistrySync, responses((status = CREATED, body = SyncReport)))]
+async fn import_registry(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Json(sync): Json<RegistrySync>,
+) -> Result<(StatusCode, JsonResponse<SyncReport>), ApiError> {
+    let report = state.services.catalog.sync(sync).await?;
     Ok((StatusCode::CREATED, JsonResponse(report)))
 }
 

@@ -207,6 +207,9 @@ struct ServerSummaryView {
     is_active: bool,
     /// Where it is: the URL (credentials masked), the command, or the preset.
     target: String,
+    /// The catalog entry it was made from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    catalog: Option<String>,
     disabled_tools: Vec<String>,
     auto_approve_tools: Vec<String>,
     /// Its user's shared connection on the instance that answered, if one is live:
@@ -256,6 +259,7 @@ async fn servers(
                     r#type: spec.transport.kind().as_str(),
                     is_active: spec.is_active,
                     target: spec.transport.describe(),
+                    catalog: spec.catalog.as_ref().map(|c| c.entry.clone()),
                     disabled_tools: spec.disabled_tools.clone(),
                     auto_approve_tools: spec.auto_approve_tools.clone(),
                     connection: summary.connection.map(Into::into),

@@ -823,11 +823,15 @@ async fn a_registry_api_is_read_page_by_page() {
         vec![listed("io.example/three", "3.0.0", "deprecated")],
     ])
     .await;
-    let report = import(
-        &app,
-        json!({"registry": base, "updatedSince": "2026-11-15T00:00:00Z"}),
-    )
-    .await;
+    let report = app
+        .admin(
+            Method::POST,
+            "/admin/catalog/registry",
+            Some(json!({"registry": base, "updatedSince": "2026-11-15T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(report.status, StatusCode::CREATED, "{}", report.text);
+    let report = report.body;
     assert_eq!(report["pages"], 3, "{report}");
     let imported: Vec<&str> = report["imported"]
         .as_array()
@@ -864,7 +868,7 @@ async fn a_registry_api_is_read_page_by_page() {
     let unreachable = app
         .admin(
             Method::POST,
-            "/admin/catalog",
+            "/admin/catalog/registry",
             Some(json!({"registry": "http://127.0.0.1:9/"})),
         )
         .await;

@@ -158,6 +158,55 @@ async fn an_operator_finds_users_servers_and_waiting_calls_at_a_laptops_and_a_ph
     app.stop().await;
 }
 
+/// The Catalog page at 1366 px and 390 px (`tests/console/catalog.test.mjs`): find and
+/// enable a built-in entry, import a pasted server.json and read why an invalid one is
+/// refused, and see on the Servers and Users pages which entry a user's server came from.
+#[tokio::test]
+async fn an_operator_runs_the_catalog_in_a_real_browser() {
+    let app = spawn_pool_app().await;
+    let entry = "io.example/weather";
+    let imported = app
+        .admin(
+            reqwest::Method::POST,
+            "/admin/catalog",
+            Some(json!({
+                "name": entry, "description": "Weather, remote", "version": "1.0.0",
+                "remotes": [{"type": "streamable-http", "url": "https://93.184.216.34/mcp"}]
+            })),
+        )
+        .await;
+    assert_eq!(
+        imported.status,
+        reqwest::StatusCode::CREATED,
+        "{}",
+        imported.text
+    );
+    let enabled = app
+        .admin(
+            reqwest::Method::PATCH,
+            &format!("/admin/catalog/{entry}"),
+            Some(json!({"enabled": true})),
+        )
+        .await;
+    assert_eq!(enabled.status, reqwest::StatusCode::OK, "{}", enabled.text);
+    let user = "catalog-user";
+    app.create_server_ok(user, json!({"catalog": entry})).await;
+
+    let output = run_console_script(
+        &app,
+        "catalog.test.mjs",
+        &[
+            ("CATALOG_USER", user.to_owned()),
+            ("CATALOG_ENTRY", entry.to_owned()),
+        ],
+    )
+    .await;
+    let count = |label: &str| reported(&output, label);
+    assert_eq!(count("tests"), Some(2), "{output}");
+    assert_eq!(count("pass"), Some(2), "{output}");
+    app.stop().await;
+}
+
 /// A count node's spec reporter closes with (`ℹ tests N`, `ℹ pass N`).
 fn reported(output: &str, label: &str) -> Option<u32> {
     output

@@ -574,14 +574,15 @@ function UserDetail({ user }) {
   return html`
     <h2>Servers of ${user}</h2>
     <${ErrorBox} error=${servers.error} />
-    ${servers.data ? html`<div class="table-wrap"><table aria-label="Servers">
+    ${servers.data ? html`<div class="table-wrap" tabIndex="0" role="region" aria-label="The user's servers (scrolls sideways)"><table aria-label="Servers">
       <thead><tr><th>Name</th><th>Type</th><th>Active</th><th>Where</th><th>Headers / env</th>
         <th>OAuth</th><th>Auto-approve</th></tr></thead>
       <tbody>${servers.data.servers.map((s) => html`<tr>
         <td><span>${s.name}</span><div class="muted mono">${s.id}</div></td>
         <td>${s.type}</td><td>${s.isActive ? 'yes' : 'no'}</td>
-        <td class="mono">${s.baseUrl || [s.command, ...(s.args || [])].filter(Boolean).join(' ') || s.embedded || s.preset || '—'}</td>
-        <td>${secrets(s.headers || s.env)}</td>
+        <td class="mono">${s.baseUrl || [s.command, ...(s.args || [])].filter(Boolean).join(' ') || s.embedded || s.preset || '—'}
+          ${s.catalog ? html`<div class="muted" data-testid="catalog-entry">from the catalog: ${s.catalog}${s.catalogVersion ? ` (pinned ${s.catalogVersion})` : ''}</div>` : null}</td>
+        <td>${secrets(s.headers || s.env || s.values)}</td>
         <td>${s.type === 'stdio' ? '—' : oauth[s.id] || '…'}</td>
         <td>${s.autoApproveTools.join(', ') || '—'}</td>
       </tr>`)}</tbody></table></div>
@@ -726,6 +727,7 @@ function Servers({ params }) {
           const c = s.connection;
           return html`<tr key=${s.id} data-server=${s.id} data-user=${s.userId}>
             <td>${s.name}<div class="muted">${s.type}${s.isActive ? '' : ' · inactive'}</div>
+              ${s.catalog ? html`<div class="muted" data-testid="catalog-entry">from the catalog: <a href=${`#/catalog?${new URLSearchParams({ search: s.catalog })}`}>${s.catalog}</a></div>` : null}
               ${s.disabledTools.length ? html`<div class="muted">disabled: ${s.disabledTools.join(', ')}</div>` : null}
               ${s.autoApproveTools.length ? html`<div class="muted">auto-approved: ${s.autoApproveTools.join(', ')}</div>` : null}</td>
             <td><a href=${`#/users/${enc(s.userId)}`}>${s.userId}</a></td>
@@ -752,6 +754,87 @@ function Servers({ params }) {
           </div></td></tr>` : null}`;
         })}</tbody></table></div>`
       : html`<p class="muted">No server${search ? html` whose name, user or URL holds “${search}”` : ''}.</p>`}` : null}`;
+}
+
+// ---------------------------------------------------------------- catalog
+
+/** `io.github.x/y` as a path: each part escaped, the one `/` kept. */
+const entryPath = (name) => name.split('/').map(enc).join('/');
+
+function Catalog({ params }) {
+  const search = params.get('search') || '';
+  const page = Number(params.get('page') || 0);
+  const [query, setQuery] = useFieldFollowing(search);
+  const [result, reload] = useAsync(() => api('GET', `/admin/catalog?${new URLSearchParams({ search, page, pageSize: PAGE_SIZE })}`), [search, page]);
+  const [notice, setNotice] = useState(null);
+  const [error, setError] = useState(null);
+  const [documents, setDocuments] = useState('');
+  const [registry, setRegistry] = useState('');
+  const act = async (run) => {
+    setError(null);
+    setNotice(null);
+    try { setNotice(await run()); } catch (failure) { setError(failure); }
+    reload();
+  };
+  const toggle = (e) => act(async () => {
+    await api('PATCH', `/admin/catalog/${entryPath(e.name)}`, { body: { enabled: !e.enabled } });
+    return `${e.enabled ? 'Disabled' : 'Enabled'} ${e.name}.`;
+  });
+  const importReport = (report) => {
+    const lines = report.imported.map((i) => `${i.outcome} ${i.name} ${i.version}`);
+    const skipped = (report.skipped || []).map((k) => `skipped ${k.name} ${k.version}: ${k.reason}`);
+    return `Imported ${report.imported.length}: ${[...lines, ...skipped].join('; ')}`;
+  };
+  const importDocuments = (e) => {
+    e.preventDefault();
+    let body;
+    try { body = JSON.parse(documents); } catch (failure) {
+      setNotice(null);
+      setError({ code: 'NOT_JSON', message: `The text is not JSON: ${failure.message}` });
+      return;
+    }
+    act(async () => { const report = await api('POST', '/admin/catalog', { body }); setDocuments(''); return importReport(report); });
+  };
+  const importRegistry = (e) => {
+    e.preventDefault();
+    act(async () => importReport(await api('POST', '/admin/catalog/registry', { body: { registry: registry.trim() } })));
+  };
+  return html`<h1>Catalog</h1>
+    <form class="panel row" role="search" aria-label="Find catalog entries"
+      onSubmit=${(e) => { e.preventDefault(); navigate('catalog', { search: query.trim() }); }}>
+      <div class="field"><label for="catalog-search">Name, description or tag</label>
+        <input id="catalog-search" type="search" value=${query} onInput=${(e) => setQuery(e.target.value)} /></div>
+      <button class="primary" type="submit">Find</button>
+    </form>
+    <${ErrorBox} error=${error || result.error} />
+    ${notice ? html`<div class="alert ok" role="status">${notice}</div>` : null}
+    ${result.data ? html`
+      <${Pager} result=${result.data} label="entries" go=${(p) => navigate('catalog', { search, page: p })} />
+      <p class="hint">Users see and add only enabled entries. A package runs through the runtime configured for its registry (nothing is downloaded at run time).</p>
+      ${result.data.entries.length ? html`<div class="table-wrap"><table aria-label="Catalog entries">
+        <thead><tr><th>Entry</th><th class="hide-narrow">Version</th><th>State</th><th class="actions">Actions</th></tr></thead>
+        <tbody>${result.data.entries.map((e) => html`<tr key=${e.name} data-entry=${e.name}>
+          <td>${e.title || e.name}<div class="muted mono">${e.name}</div><div class="muted">${e.description}</div>
+            ${e.problem ? html`<div class="cause">${e.problem}</div>` : null}</td>
+          <td class="hide-narrow">${e.version}${e.pinnedVersion ? ' (pinned)' : ''}<div class="muted">${e.kind}</div></td>
+          <td>${e.enabled ? 'enabled' : 'disabled'}<div class="muted">${e.servers} server${e.servers === 1 ? '' : 's'}</div></td>
+          <td class="actions"><button type="button" class=${e.enabled ? '' : 'primary'} aria-label=${`${e.enabled ? 'Disable' : 'Enable'} ${e.name}`}
+            onClick=${() => toggle(e)}>${e.enabled ? 'Disable' : 'Enable'}</button></td>
+        </tr>`)}</tbody></table></div>`
+      : html`<p class="muted">No entry${search ? html` holds “${search}”` : ''}.</p>`}` : null}
+    <section class="panel" aria-labelledby="catalog-import-title">
+      <h2 id="catalog-import-title">Import</h2>
+      <form onSubmit=${importDocuments} aria-label="Import server.json">
+        <div class="field"><label for="catalog-documents">server.json (one document, or an array of them)</label>
+          <textarea id="catalog-documents" class="mono" required value=${documents} onInput=${(e) => setDocuments(e.target.value)}></textarea></div>
+        <button class="primary" type="submit">Import</button>
+      </form>
+      <form class="row" onSubmit=${importRegistry} aria-label="Import from a registry">
+        <div class="field"><label for="catalog-registry">Registry API</label>
+          <input id="catalog-registry" type="url" required placeholder="https://registry.modelcontextprotocol.io" value=${registry} onInput=${(e) => setRegistry(e.target.value)} /></div>
+        <button type="submit">Read the registry</button>
+      </form>
+    </section>`;
 }
 
 // ---------------------------------------------------------------- audit
@@ -1359,7 +1442,7 @@ function Settings() {
 
 const PAGES = [
   ['overview', 'Overview'], ['approvals', 'Approvals'], ['users', 'Users'], ['servers', 'Servers'],
-  ['connections', 'Connections'], ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
+  ['connections', 'Connections'], ['catalog', 'Catalog'], ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
 ];
 
 /** `#/page/arg?key=value…`: the page, its argument and its filters, so a view is a link. */
@@ -1407,6 +1490,7 @@ function Console({ onSignOut }) {
     users: () => html`<${Users} user=${route.arg} params=${route.params} />`,
     servers: () => html`<${Servers} params=${route.params} />`,
     approvals: () => html`<${Approvals} params=${route.params} />`,
+    catalog: () => html`<${Catalog} params=${route.params} />`,
     audit: () => html`<${Audit} params=${route.params} />`,
     try: () => html`<${TryServer} user=${route.arg} />`,
     settings: () => html`<${Settings} />`,
