@@ -1,7 +1,7 @@
 //! The server catalog from outside: the built-in entries, real npm and PyPI packages run
 //! from entries (caches filled ahead of time by tests/setup.sh), remote entries at the
 //! fixture (with OAuth too), the Registry's schema refusing a document, the CLI importing a
-//! directory, a Registry API on loopback, and versions moving users' servers.
+//! directory, a Registry API on loopback, and versions moving users' live servers.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,18 +67,6 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
 
 async fn spawn() -> TestApp {
     spawn_pool_app_with(|s| s.catalog.runtimes = runtimes()).await
-}
-
-/// Stops a user's live connection, so the next use connects anew.
-async fn stop(app: &TestApp, user: &str, server: &str) {
-    let reply = app
-        .admin(
-            Method::DELETE,
-            &format!("/admin/connections/{user}/{server}"),
-            None,
-        )
-        .await;
-    assert!(reply.status.is_success(), "{}", reply.text);
 }
 
 /// `/admin/catalog/{name}` (the name holds its one `/`).
@@ -460,7 +448,6 @@ async fn values_are_checked_by_the_entry_and_secrets_are_sealed_and_masked() {
         )
         .await;
     assert_eq!(disabled.status, StatusCode::OK, "{}", disabled.text);
-    stop(&app, "u", &server).await;
     let stopped = app
         .call("u", &server, "env", json!({"name": "FIXTURE_MODE"}))
         .await;
@@ -477,7 +464,7 @@ async fn values_are_checked_by_the_entry_and_secrets_are_sealed_and_masked() {
 }
 
 #[tokio::test]
-async fn a_new_version_reaches_users_servers_on_their_next_connect_unless_pinned() {
+async fn a_new_version_or_the_operators_change_reaches_users_servers_at_once_unless_pinned() {
     let app = spawn().await;
     let version = |v: &str| {
         json!({
@@ -518,9 +505,8 @@ async fn a_new_version_reaches_users_servers_on_their_next_connect_unless_pinned
     );
     // An older version imported later does not become the latest.
     import(&app, version("0.9.0")).await;
-    for server in [&follows, &pinned] {
-        stop(&app, "u", server).await;
-    }
+    // Live connections of the servers that follow the entry were stopped: no waiting for
+    // an idle timeout.
     assert_eq!(running(follows.clone()).await, "1.1.0");
     assert_eq!(running(pinned.clone()).await, "1.0.0");
 
@@ -533,7 +519,6 @@ async fn a_new_version_reaches_users_servers_on_their_next_connect_unless_pinned
     .await;
     assert_eq!(entry["latestVersion"], "1.1.0");
     assert_eq!(entry["versions"].as_array().unwrap().len(), 3, "{entry}");
-    stop(&app, "u", &follows).await;
     assert_eq!(running(follows).await, "1.0.0");
     let unknown = app
         .admin(

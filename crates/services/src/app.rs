@@ -112,7 +112,8 @@ impl Services {
             sampling.clone(),
             forwarder.clone(),
         );
-        let catalog = CatalogService::new(store.clone(), settings.clone());
+        let catalog = CatalogService::new(store.clone(), settings.clone())
+            .restarting(pool.clone(), cluster.clone());
         let upstream = UpstreamService::new(
             store.clone(),
             settings.clone(),

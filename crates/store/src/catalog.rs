@@ -45,12 +45,13 @@ impl CatalogRepo {
     }
 
     /// Stores one version; the entry's latest version (and its summary) moves when this one
-    /// is newer. In one transaction, so concurrent imports of one entry stay consistent.
+    /// is newer, which the second value says. In one transaction, so concurrent imports of
+    /// one entry stay consistent.
     pub async fn import(
         &self,
         version: &CatalogVersion,
         summary: CatalogSummary<'_>,
-    ) -> Result<Imported, StoreError> {
+    ) -> Result<(Imported, bool), StoreError> {
         let txn = self.db.writer()?.begin().await?;
         let existing =
             catalog_version::Entity::find_by_id((version.name.clone(), version.version.clone()))
@@ -97,7 +98,7 @@ impl CatalogRepo {
                 })
                 .exec_without_returning(&txn)
                 .await?;
-                Imported::Created
+                (Imported::Created, true)
             }
             Some(row) => {
                 let latest = row.latest_version == version.version
@@ -117,11 +118,12 @@ impl CatalogRepo {
                         .exec(&txn)
                         .await?;
                 }
-                if existing.is_some() {
+                let imported = if existing.is_some() {
                     Imported::Replaced
                 } else {
                     Imported::NewVersion
-                }
+                };
+                (imported, latest)
             }
         };
         txn.commit().await?;

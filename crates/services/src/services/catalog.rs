@@ -20,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::operators::{Paging, search_term};
+use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::{
     CatalogEntry, CatalogUse, CatalogVersion, EntryKind, Field, MASK, McpServer, PackageRuntime,
     Resolved, Runnable, SecretMap, ServerJson, whole_match,
 };
 use crate::error::{Error, Resource, Result};
+use crate::pool::Pool;
 use crate::store::{CatalogSummary, Imported, Store};
 
 pub use registry::{RegistrySync, SkippedEntry, SyncReport};
@@ -96,6 +98,9 @@ pub struct CatalogService {
     store: Store,
     settings: Arc<Settings>,
     runtimes: Arc<BTreeMap<String, PackageRuntime>>,
+    /// Where an entry's servers are stopped when what they run changes, so their next use
+    /// resolves the entry again (none for the CLI: it holds no connections).
+    live: Option<(Pool, Cluster)>,
 }
 
 impl CatalogService {
@@ -120,6 +125,52 @@ impl CatalogService {
             store,
             settings,
             runtimes: Arc::new(runtimes),
+            live: None,
+        }
+    }
+
+    /// The same service stopping an entry's live servers, here and on other instances,
+    /// when the version they run, the operator's values or the entry's state change.
+    pub fn restarting(self, pool: Pool, cluster: Cluster) -> Self {
+        Self {
+            live: Some((pool, cluster)),
+            ..self
+        }
+    }
+
+    /// Stops the live connections of the servers made from `name` (only those following
+    /// the entry's version when `followers_only`); their next use connects anew.
+    async fn restart_servers(&self, name: &str, followers_only: bool) -> Result<()> {
+        const PAGE: u64 = 500;
+        let Some((pool, cluster)) = &self.live else {
+            return Ok(());
+        };
+        let mut offset = 0;
+        loop {
+            let (servers, total) = self
+                .store
+                .servers()
+                .using_catalog_entry(name, offset, PAGE)
+                .await?;
+            for server in &servers {
+                let pinned = server
+                    .spec
+                    .catalog
+                    .as_ref()
+                    .is_some_and(|c| c.version.is_some());
+                if followers_only && pinned {
+                    continue;
+                }
+                pool.stop_server(&server.user_id, server.id).await;
+                cluster.tell(Note::ServerChanged {
+                    user: server.user_id.to_string(),
+                    server: server.id,
+                });
+            }
+            offset += PAGE;
+            if servers.is_empty() || offset >= total {
+                return Ok(());
+            }
         }
     }
 
@@ -190,7 +241,7 @@ impl CatalogService {
             document,
             imported_at: crate::domain::now(),
         };
-        let outcome = self
+        let (outcome, became_latest) = self
             .store
             .catalog()
             .import(
@@ -204,6 +255,9 @@ impl CatalogService {
             )
             .await?;
         tracing::info!(entry = %server.name, version = %server.version, ?outcome, "catalog entry imported");
+        if became_latest && outcome != Imported::Created {
+            self.restart_servers(&server.name, true).await?;
+        }
         Ok(ImportedEntry {
             name: server.name.clone(),
             version: server.version.clone(),
@@ -404,6 +458,7 @@ impl CatalogService {
             return Err(Error::NotFound(Resource::CatalogEntry, name.to_owned()));
         }
         tracing::info!(entry = %name, enabled = entry.enabled, pinned = ?entry.pinned_version, "catalog entry updated");
+        self.restart_servers(name, false).await?;
         self.describe(entry).await
     }
 
