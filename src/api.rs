@@ -22,6 +22,7 @@ mod metrics;
 mod oauth;
 mod openapi;
 mod operators;
+mod policies;
 mod presets;
 mod sampling;
 mod servers;
@@ -179,6 +180,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(upstream::routes())
         .merge(connections::routes())
         .merge(operators::routes())
+        .merge(policies::routes())
         .merge(messages::routes())
         .merge(events::routes())
         .merge(chat::routes())

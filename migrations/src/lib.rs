@@ -25,6 +25,7 @@ mod m20261203_000017_call_origins;
 mod m20261204_000018_preset_limits;
 mod m20261205_000019_task_upstream;
 mod m20261206_000020_catalog;
+mod m20261207_000021_governance;
 
 pub struct Migrator;
 
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000018_preset_limits::Migration),
             Box::new(m20261205_000019_task_upstream::Migration),
             Box::new(m20261206_000020_catalog::Migration),
+            Box::new(m20261207_000021_governance::Migration),
         ]
     }
 }

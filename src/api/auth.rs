@@ -34,7 +34,10 @@ impl UserContext {
 
 /// A request made with an admin key.
 #[derive(Debug, Clone)]
-pub struct AdminContext;
+pub struct AdminContext {
+    /// The admin key the request came with (what an admin's changes are recorded under).
+    pub key_id: uuid::Uuid,
+}
 
 /// The token of `Authorization: Bearer <token>`.
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
@@ -159,6 +162,8 @@ impl FromRequestParts<AppState> for AdminContext {
         if principal.role != ApiKeyRole::Admin {
             return Err(Error::Forbidden("this route needs an admin key".into()).into());
         }
-        Ok(AdminContext)
+        Ok(AdminContext {
+            key_id: principal.key_id,
+        })
     }
 }

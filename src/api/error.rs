@@ -115,7 +115,9 @@ fn domain_status(err: &Error) -> StatusCode {
         Error::InvalidArguments(_) | Error::InvalidServerJson(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
-        Error::CatalogEntryDisabled(_) => StatusCode::FORBIDDEN,
+        Error::CatalogEntryDisabled(_)
+        | Error::PolicyDenied { .. }
+        | Error::PolicyApprovalRequired { .. } => StatusCode::FORBIDDEN,
         Error::RegistryUnavailable(_) => StatusCode::BAD_GATEWAY,
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

@@ -107,6 +107,7 @@ impl From<McpServer> for ServerView {
         };
         if let Some(using) = spec.catalog {
             // Only what the entry resolved to: its inputs are set with `values`.
+            let using = *using;
             let mut values = using.values;
             values.extend(using.secrets.masked());
             view.catalog = Some(using.entry);

@@ -18,7 +18,9 @@ pub fn from_error(error: &Error) -> Status {
         Error::Validation(_) | Error::InvalidArguments(_) | Error::InvalidServerJson(_) => {
             Code::InvalidArgument
         }
-        Error::CatalogEntryDisabled(_) => Code::PermissionDenied,
+        Error::CatalogEntryDisabled(_)
+        | Error::PolicyDenied { .. }
+        | Error::PolicyApprovalRequired { .. } => Code::PermissionDenied,
         Error::RegistryUnavailable(_) => Code::Unavailable,
         Error::NotFound(..) => Code::NotFound,
         Error::Conflict(_) => Code::AlreadyExists,

@@ -39,7 +39,7 @@ pub fn as_user<T>(app: &TestApp, user: &str, message: T) -> Request<T> {
 }
 
 /// The REST API's stable code carried by a status.
-fn error_code(status: &Status) -> &str {
+pub(crate) fn error_code(status: &Status) -> &str {
     status
         .metadata()
         .get("error-code")

@@ -42,6 +42,7 @@ mod openapi;
 mod operators;
 mod outbound;
 mod persistence;
+mod policies;
 mod pool_faults;
 mod pool_transports;
 mod presets;

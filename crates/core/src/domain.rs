@@ -6,6 +6,7 @@
 mod call_origin;
 mod catalog;
 mod ids;
+mod policy;
 mod preset;
 mod secret_map;
 mod secret_url;
@@ -20,6 +21,7 @@ pub use catalog::{
     SERVER_JSON_SCHEMA_VERSION, ServerJson, newer_version, whole_match,
 };
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
+pub use policy::{MAX_RULES, PolicyAction, PolicyRule, PolicySet, RuleScope, UserAttributes};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;

@@ -18,7 +18,7 @@ use crate::security::UrlPolicy;
 use crate::services::assistants::BindingCache;
 use crate::services::{
     AssistantService, AuditTrail, CatalogService, GatewayService, GlobalServers, KeyService,
-    OAuthService, OperatorService, PresetService, RateLimits, ServerService, Tasks,
+    OAuthService, OperatorService, Policies, PresetService, RateLimits, ServerService, Tasks,
     ToolCallService, UpstreamService, elicitations, sampling, server_logs, tool_calls, upstream,
 };
 use crate::store::Store;
@@ -31,6 +31,7 @@ pub struct Services {
     pub assistants: AssistantService,
     pub presets: PresetService,
     pub catalog: CatalogService,
+    pub policies: Policies,
     pub keys: KeyService,
     pub operators: OperatorService,
     pub upstream: UpstreamService,
@@ -82,6 +83,7 @@ impl Services {
         );
         server_logs::relay(&pool, events.clone());
         let rate_limits = Arc::new(RateLimits::new(&settings.limits));
+        let policies = Policies::load(store.clone(), pool.metrics().clone()).await?;
         let audit = AuditTrail::start(
             store.clone(),
             settings.audit.clone(),
@@ -127,6 +129,7 @@ impl Services {
                 rate_limits,
                 audit: audit.clone(),
                 catalog: catalog.clone(),
+                policies: policies.clone(),
             },
         );
         let confirmations = Confirmations::start(ConfirmDeps {
@@ -195,7 +198,8 @@ impl Services {
                 cluster.clone(),
                 oauth.clone(),
             )
-            .audited_by(audit.clone()),
+            .audited_by(audit.clone())
+            .governed_by(policies.clone()),
             oauth,
             elicitations,
             sampling,
@@ -218,6 +222,7 @@ impl Services {
             bindings,
             presets: PresetService::new(store.clone(), settings.clone()),
             catalog,
+            policies,
             keys: KeyService::new(store.clone(), &settings),
             operators,
             store,

@@ -119,6 +119,16 @@ pub enum Error {
     InvalidArguments(Vec<String>),
     #[error("the MCP server is not active; enable it first")]
     ServerInactive,
+    /// An operator's policy rule refused the call or the server.
+    #[error("refused by policy rule '{rule}'{}", describe(description))]
+    PolicyDenied { rule: String, description: String },
+    /// An operator's policy rule wants the user's approval, and this call cannot wait for
+    /// it (a direct REST or gRPC call).
+    #[error(
+        "policy rule '{rule}' requires the user's approval of this call{}; submit it as a model's tool call (or through the gateway), where it waits for approval",
+        describe(description)
+    )]
+    PolicyApprovalRequired { rule: String, description: String },
     /// A `server.json` the Registry's schema refuses; one line per problem.
     #[error("server.json is not valid: {}", .0.join("; "))]
     InvalidServerJson(Vec<String>),
@@ -239,6 +249,8 @@ impl Error {
             Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
             Error::ServerInactive => "SERVER_INACTIVE",
             Error::InvalidServerJson(_) => "SERVER_JSON_INVALID",
+            Error::PolicyDenied { .. } => "POLICY_DENIED",
+            Error::PolicyApprovalRequired { .. } => "POLICY_APPROVAL_REQUIRED",
             Error::CatalogEntryDisabled(_) => "CATALOG_ENTRY_DISABLED",
             Error::RegistryUnavailable(_) => "REGISTRY_UNAVAILABLE",
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
@@ -271,6 +283,15 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A rule's description after its name, when it has one.
+fn describe(description: &str) -> String {
+    if description.is_empty() {
+        String::new()
+    } else {
+        format!(": {description}")
+    }
+}
 
 /// Names the URL, so that a model or a gateway client reading only the text can pass it on.
 fn auth_required_message(insufficient_scope: bool, url: Option<&str>) -> String {

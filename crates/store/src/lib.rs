@@ -35,6 +35,7 @@ mod instances;
 mod messages;
 mod notify;
 mod oauth;
+mod policies;
 mod presets;
 mod servers;
 mod tasks;
@@ -49,6 +50,7 @@ pub use instances::InstanceRepo;
 pub use messages::{AddedCalls, CallOrigins, MessageRepo, StoredMessage, WaitingCall};
 pub use notify::NoteListener;
 pub use oauth::{Grant, OAuthRepo, PendingFlow, TokenRecord};
+pub use policies::PolicyRepo;
 pub use presets::PresetRepo;
 pub use servers::ServerRepo;
 pub use tasks::{StoredTask, TaskRepo, UpstreamTask};
@@ -402,6 +404,10 @@ impl Store {
 
     pub fn assistants(&self) -> AssistantRepo {
         AssistantRepo::new(self.db.clone())
+    }
+
+    pub fn policies(&self) -> PolicyRepo {
+        PolicyRepo::new(self.db.clone())
     }
 
     pub fn catalog(&self) -> CatalogRepo {

@@ -438,7 +438,7 @@ impl ServerRepo {
                     None => SessionScope::User,
                 },
                 catalog: match row.catalog_entry {
-                    Some(entry) => Some(CatalogUse {
+                    Some(entry) => Some(Box::new(CatalogUse {
                         entry,
                         version: row.catalog_version,
                         values: match row.catalog_values {
@@ -446,7 +446,7 @@ impl ServerRepo {
                             None => BTreeMap::new(),
                         },
                         secrets: open_map(&self.cipher, row.catalog_secrets.as_deref())?,
-                    }),
+                    })),
                     None => None,
                 },
             },

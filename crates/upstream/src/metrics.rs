@@ -45,6 +45,16 @@ pub(crate) struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyLabels {
+    /// The rule's name (the operator's, at most a few hundred).
+    pub rule: String,
+    /// `allow`, `deny` or `require_approval`.
+    pub action: &'static str,
+    /// `enforced`, `dry_run` (would have decided), or `error` (could not be evaluated).
+    pub mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CacheLabels {
     /// `tools`, `resources` or `prompts`.
     pub catalog: &'static str,
@@ -68,6 +78,7 @@ pub struct Metrics {
     connects: Family<ConnectLabels, Counter>,
     tool_calls: Family<CallLabels, Histogram, fn() -> Histogram>,
     catalog_cache: Family<CacheLabels, Counter>,
+    policy_decisions: Family<PolicyLabels, Counter>,
     actors: Family<StateLabels, Gauge>,
     stdio_processes: Gauge,
     confirmation_actors: Gauge,
@@ -144,6 +155,12 @@ impl Metrics {
             Unit::Seconds,
             tool_calls.clone(),
         );
+        let policy_decisions = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "policy_decisions",
+            "Tool calls and servers a policy rule decided (or, in dry run, would have)",
+            policy_decisions.clone(),
+        );
         let catalog_cache = Family::<CacheLabels, Counter>::default();
         registry.register(
             "catalog_cache_lookups",
@@ -182,6 +199,7 @@ impl Metrics {
             connects,
             tool_calls,
             catalog_cache,
+            policy_decisions,
             actors,
             stdio_processes,
             confirmation_actors,
@@ -221,6 +239,16 @@ impl Metrics {
             .get_or_create(&CacheLabels {
                 catalog,
                 result: if hit { "hit" } else { "miss" },
+            })
+            .inc();
+    }
+
+    pub fn policy_decision(&self, rule: &str, action: &'static str, mode: &'static str) {
+        self.policy_decisions
+            .get_or_create(&PolicyLabels {
+                rule: rule.to_owned(),
+                action,
+                mode,
             })
             .inc();
     }

@@ -208,7 +208,8 @@ pub struct ServerSpec {
     pub session_scope: SessionScope,
     /// The catalog entry the server was made from; its transport is then resolved from the
     /// entry again at every connect (the stored one is what it resolved to when saved).
-    pub catalog: Option<CatalogUse>,
+    /// Boxed: a spec is copied on hot paths, and most servers have none.
+    pub catalog: Option<Box<CatalogUse>>,
 }
 
 /// A server made from a catalog entry: which, the user's pinned version, and their values.

@@ -260,7 +260,12 @@ impl PreparedTurn {
                 return Ok(FinishReason::Stop);
             }
             let last_round = round == setup.max_rounds;
-            let mut records = plan_calls(&listing, &calls);
+            let decider = service
+                .upstream
+                .policies()
+                .decider(&setup.user, crate::domain::CallVia::Chat)
+                .await?;
+            let mut records = plan_calls(&listing, &calls, &decider);
             if last_round {
                 for record in &mut records {
                     record.status = ToolCallStatus::Cancelled;

@@ -231,9 +231,15 @@ impl GatewayService {
             .assistant_catalogs(&principal.user, &principal.assistant)
             .await?;
         let mode = self.prefix_mode(principal).await?;
+        let decider = self
+            .upstream
+            .policies()
+            .decider(&principal.user, principal.origin().via)
+            .await?;
+        let governance = decider.fingerprint();
         let key = principal.clone();
         if let Some(view) = self.views.get(&key).await
-            && view.built_from(mode, &catalogs)
+            && view.built_from(mode, &catalogs, &governance)
         {
             return Ok(view.tools.clone());
         }
@@ -243,7 +249,11 @@ impl GatewayService {
             .collect();
         let all_listed = catalogs.iter().all(|c| c.listing.is_ok());
         let separator = self.separator(principal);
-        let tools = Arc::new(self.name_tools(mode, separator, AssistantTools::assemble(catalogs)));
+        let tools = Arc::new(self.name_tools(
+            mode,
+            separator,
+            AssistantTools::assemble(catalogs, &decider),
+        ));
         // A view with a failing server is not kept: its error may pass at the next call.
         if all_listed {
             self.views
@@ -252,6 +262,7 @@ impl GatewayService {
                     Arc::new(ToolView {
                         mode,
                         sources,
+                        governance,
                         tools: tools.clone(),
                     }),
                 )
@@ -314,7 +325,20 @@ impl GatewayService {
         let spec = &tool.server.server.spec;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
-        if spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name) {
+        let decider = self
+            .upstream
+            .policies()
+            .decider(&principal.user, principal.origin().via)
+            .await?;
+        let decision = decider.decide(&tool.server.server, &tool.tool, Some(&arguments));
+        if decision.is_denied()
+            && let Some(refusal) = decider.refusal(&decision)
+        {
+            return Err(refusal);
+        }
+        if !decision.requires_approval()
+            && spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name)
+        {
             let server_id = tool.server.server.id.to_string();
             let caller = Caller {
                 origin: principal.origin(),
@@ -346,6 +370,7 @@ impl GatewayService {
                 name: tool.name.clone(),
                 arguments,
             }],
+            &decider,
         );
         if records[0].status == ToolCallStatus::Error {
             return Err(Error::InvalidArguments(vec![

@@ -40,6 +40,8 @@ pub struct ServerService {
     audit: Option<super::AuditTrail>,
     /// Servers made from a catalog entry.
     catalog: super::CatalogService,
+    /// The operator's rules over servers users save.
+    policies: Option<super::Policies>,
 }
 
 impl ServerService {
@@ -63,6 +65,7 @@ impl ServerService {
             cluster,
             oauth,
             audit: None,
+            policies: None,
         }
     }
 
@@ -71,6 +74,27 @@ impl ServerService {
         Self {
             audit: Some(audit),
             ..self
+        }
+    }
+
+    /// Checks servers users save against the operator's rules.
+    pub fn governed_by(self, policies: super::Policies) -> Self {
+        Self {
+            policies: Some(policies),
+            ..self
+        }
+    }
+
+    /// Refuses a server a policy rule denies (a dry-run rule only counts).
+    async fn check_policies(&self, server: &McpServer) -> Result<()> {
+        let Some(policies) = &self.policies else {
+            return Ok(());
+        };
+        let attributes = policies.attributes(&server.user_id).await?;
+        let decision = policies.decide_server(&server.user_id, &attributes, server);
+        match decision.refusal(policies) {
+            Some(refusal) if decision.is_denied() => Err(refusal),
+            _ => Ok(()),
         }
     }
 
@@ -130,6 +154,7 @@ impl ServerService {
             created_at: now,
             updated_at: now,
         };
+        self.check_policies(&server).await?;
         repo.insert(&server)
             .await
             .map_err(|e| duplicate_name(e, &server.spec.name))?;
@@ -148,6 +173,10 @@ impl ServerService {
     ) -> Result<McpServer> {
         let mut server = self.get(user, id).await?;
         let spec = self.build_spec(input, Some(&server.spec)).await?;
+        let mut changed = server.clone();
+        changed.spec = spec;
+        self.check_policies(&changed).await?;
+        let spec = changed.spec;
         if super::oauth::resource_of(&server.spec) != super::oauth::resource_of(&spec) {
             // Tokens are bound to the resource they were issued for: a server moved to
             // another origin or path must never receive them, so they are forgotten (and
@@ -208,7 +237,7 @@ impl ServerService {
             (None, None, None) => return Err(Error::validation("name is required")),
         };
         let (transport, catalog) = match self.catalog_transport(&input, current).await? {
-            Some((transport, using)) => (transport, Some(using)),
+            Some((transport, using)) => (transport, Some(Box::new(using))),
             None => (self.plain_transport(&input, current).await?, None),
         };
         let limits = &self.settings.limits;

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::policies::CallDecider;
 use super::{AssistantTools, AuditTrail, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, ExecOutcome, Execution, Executor, Waited};
@@ -189,10 +190,14 @@ fn object_arguments(call: &ModelToolCall) -> std::result::Result<Value, Value> {
     }
 }
 
-/// Resolves each call through the assistant's tools and checks its arguments: a record
-/// ready to run (auto-approved), to park (pending), or already failed with a reason the
-/// model can read.
-pub fn plan_calls(listing: &AssistantTools, calls: &[ModelToolCall]) -> Vec<ToolCallRecord> {
+/// Resolves each call through the assistant's tools and checks its arguments and the
+/// operator's rules: a record ready to run (auto-approved, and no rule wants approval), to
+/// park (pending), or already failed with a reason the model can read (a rule denies it).
+pub fn plan_calls(
+    listing: &AssistantTools,
+    calls: &[ModelToolCall],
+    decider: &CallDecider,
+) -> Vec<ToolCallRecord> {
     calls
         .iter()
         .map(|call| {
@@ -216,8 +221,15 @@ pub fn plan_calls(listing: &AssistantTools, calls: &[ModelToolCall]) -> Vec<Tool
                     json!({"error": "The arguments do not match the tool's input schema.", "details": problems}),
                 );
             }
+            let decision = decider.decide(&tool.server.server, &tool.tool, Some(&arguments));
+            if decision.is_denied()
+                && let Some(refusal) = decider.refusal(&decision)
+            {
+                return failed(call, arguments, json!(format!("{}: {refusal}", refusal.code())));
+            }
             let spec = &tool.server.server.spec;
-            let auto = spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name);
+            let auto = !decision.requires_approval()
+                && spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name);
             ToolCallRecord {
                 id: call.id.clone(),
                 server_id: Some(tool.server.server.id),
@@ -301,7 +313,12 @@ impl ToolCallService {
             }
         }
         let listing = self.upstream.assistant_tools(user, assistant).await?;
-        let records = plan_calls(&listing, &calls);
+        let decider = self
+            .upstream
+            .policies()
+            .decider(user, crate::domain::CallVia::Chat)
+            .await?;
+        let records = plan_calls(&listing, &calls, &decider);
         self.confirmations
             .submit(user, message, conversation, None, records, origin)
             .await

@@ -14,7 +14,7 @@ use super::RateLimits;
 use super::assistants::BindingCache;
 use super::global_servers::GlobalServers;
 use crate::config::Settings;
-use crate::domain::{CallOrigin, SessionScope, UserId};
+use crate::domain::{CallOrigin, CallVia, SessionScope, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{CallOutcome, SessionRevision};
 use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
@@ -71,6 +71,8 @@ pub struct UserFacing {
     pub audit: super::AuditTrail,
     /// What servers made from a catalog entry run now.
     pub catalog: super::CatalogService,
+    /// The operator's rules, checked on every call here.
+    pub policies: super::Policies,
 }
 
 #[derive(Clone)]
@@ -94,6 +96,7 @@ pub struct UpstreamService {
     /// Every call's row, written here: the one door every call passes.
     audit: super::AuditTrail,
     catalog: super::CatalogService,
+    policies: super::Policies,
 }
 
 impl UpstreamService {
@@ -112,6 +115,7 @@ impl UpstreamService {
             rate_limits,
             audit,
             catalog,
+            policies,
         } = user_facing;
         Self {
             store,
@@ -126,7 +130,45 @@ impl UpstreamService {
             revision: SessionRevision::Newest,
             audit,
             catalog,
+            policies,
         }
+    }
+
+    /// The operator's rules on a call about to run, on every path: a call approved while
+    /// parked is checked again (a rule may have come since). `require_approval` refuses a
+    /// call that cannot wait for approval (REST, gRPC); the other doors parked it already.
+    async fn check_policies(
+        &self,
+        user: &UserId,
+        server: &crate::domain::McpServer,
+        tool: &rmcp::model::Tool,
+        arguments: &Value,
+        origin: CallOrigin,
+    ) -> Result<()> {
+        if !self.policies.governs_calls() {
+            return Ok(());
+        }
+        let attributes = self.policies.attributes(user).await?;
+        let decision = self.policies.decide_call(&super::policies::CallFacts {
+            user,
+            attributes: &attributes,
+            server,
+            tool,
+            arguments: Some(arguments),
+            via: origin.via,
+        });
+        let cannot_wait = matches!(origin.via, CallVia::Rest | CallVia::Grpc);
+        if decision.is_denied() || (decision.requires_approval() && cannot_wait) {
+            return Err(decision
+                .refusal(&self.policies)
+                .expect("a deciding rule is named"));
+        }
+        Ok(())
+    }
+
+    /// The operator's rules (for the doors that decide whether a call waits for approval).
+    pub fn policies(&self) -> &super::Policies {
+        &self.policies
     }
 
     /// The same service for callers on behalf of clients of 2025-11-25 and older (gateway
@@ -285,7 +327,9 @@ impl UpstreamService {
             }
         };
         audit.on_server(&lease.runtime.server);
-        let result = self.call_on_lease(&lease, tool, arguments, caller).await;
+        let result = self
+            .call_on_lease(user, &lease, tool, arguments, caller)
+            .await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
@@ -312,12 +356,14 @@ impl UpstreamService {
 
     async fn call_on_lease(
         &self,
+        user: &UserId,
         lease: &Lease,
         tool: &str,
         arguments: Value,
         caller: Caller<'_>,
     ) -> Result<CallOutcome> {
         let Caller {
+            origin,
             live,
             downstream,
             relayed,
@@ -331,9 +377,9 @@ impl UpstreamService {
             return Err(Error::ToolDisabled(tool.to_owned()));
         }
         let catalog = self.pool.tools(lease).await?;
-        if catalog.get(tool).is_none() {
+        let Some(listed) = catalog.get(tool) else {
             return Err(Error::NotFound(Resource::Tool, tool.to_owned()));
-        }
+        };
         let arguments = match arguments {
             Value::Null => Value::Object(JsonObject::new()),
             object @ Value::Object(_) => object,
@@ -346,6 +392,8 @@ impl UpstreamService {
         catalog
             .validate(tool, &arguments)
             .map_err(Error::InvalidArguments)?;
+        self.check_policies(user, &lease.runtime.server, listed, &arguments, origin)
+            .await?;
         let Value::Object(arguments) = arguments else {
             unreachable!("checked above")
         };

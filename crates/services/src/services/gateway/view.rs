@@ -47,8 +47,12 @@ impl GatewayTools {
 pub(super) struct ToolView {
     pub(super) mode: PrefixMode,
     pub(super) sources: Vec<(Uuid, Option<Sources>)>,
+    /// The policy rules' version and the user's attributes it was filtered by.
+    pub(super) governance: Governance,
     pub(super) tools: Arc<GatewayTools>,
 }
+
+pub(super) type Governance = (i64, Option<Arc<crate::domain::UserAttributes>>);
 
 pub(super) type Sources = (
     Arc<crate::pool::ServerRuntime>,
@@ -56,8 +60,14 @@ pub(super) type Sources = (
 );
 
 impl ToolView {
-    pub(super) fn built_from(&self, mode: PrefixMode, catalogs: &[ServerCatalog]) -> bool {
+    pub(super) fn built_from(
+        &self,
+        mode: PrefixMode,
+        catalogs: &[ServerCatalog],
+        governance: &Governance,
+    ) -> bool {
         self.mode == mode
+            && self.governance == *governance
             && self.sources.len() == catalogs.len()
             && self.sources.iter().zip(catalogs).all(|((id, kept), now)| {
                 *id == now.server_id

@@ -15,7 +15,7 @@ impl ServerService {
         input: &ServerInput,
         current: Option<&ServerSpec>,
     ) -> Result<Option<(Transport, CatalogUse)>> {
-        let current_use = current.and_then(|c| c.catalog.as_ref());
+        let current_use = current.and_then(|c| c.catalog.as_deref());
         let entry = match (&input.catalog, current_use) {
             (Some(entry), _) => entry.trim().to_owned(),
             (None, Some(using)) => using.entry.clone(),

@@ -7,9 +7,10 @@ use uuid::Uuid;
 
 use super::UpstreamService;
 use crate::domain::tool_name::{ToolNameTable, ToolRef};
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, CallVia, UserId};
 use crate::error::{Error, Result};
 use crate::pool::{ServerRuntime, ToolCatalog};
+use crate::services::policies::CallDecider;
 
 /// One enabled tool of an assistant, under its model-facing name.
 pub struct AssistantTool {
@@ -41,7 +42,8 @@ pub struct ServerCatalog {
 
 impl AssistantTools {
     /// Names the enabled tools of the servers that listed theirs uniquely.
-    pub(crate) fn assemble(catalogs: Vec<ServerCatalog>) -> Self {
+    /// Tools a policy rule denies are left out (`decider`).
+    pub(crate) fn assemble(catalogs: Vec<ServerCatalog>, decider: &CallDecider) -> Self {
         let mut tools = Vec::new();
         let mut unavailable = Vec::new();
         for ServerCatalog { server_id, listing } in catalogs {
@@ -49,7 +51,9 @@ impl AssistantTools {
                 Ok((runtime, catalog)) => {
                     let spec = &runtime.server.spec;
                     for tool in &catalog.tools {
-                        if !spec.disabled_tools.iter().any(|t| *t == tool.name) {
+                        if !spec.disabled_tools.iter().any(|t| *t == tool.name)
+                            && decider.offers(&runtime.server, tool)
+                        {
                             tools.push((runtime.clone(), tool.clone(), catalog.clone()));
                         }
                     }
@@ -95,8 +99,10 @@ impl UpstreamService {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<AssistantTools> {
+        let decider = self.policies.decider(user, CallVia::Chat).await?;
         Ok(AssistantTools::assemble(
             self.assistant_catalogs(user, assistant).await?,
+            &decider,
         ))
     }
 

@@ -1,0 +1,580 @@
+//! The operator's rules over tool calls and servers, in CEL (the `cel` crate, as
+//! agentgateway uses), and the user attributes they read.
+//!
+//! Rules are compiled once per saved set and swapped in whole; every instance reads the
+//! set's version each second and recompiles when it moved, so a change applies everywhere
+//! within a second without any message between instances. A call is decided by the first
+//! rule whose condition is true (a `dryRun` rule is counted and logged, never decides);
+//! none applying allows. A condition that cannot be evaluated for a call (a field the call
+//! does not have) does not apply; its error is counted.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::domain::{
+    CallVia, McpServer, PolicyAction, PolicyRule, PolicySet, RuleScope, UserAttributes, UserId,
+};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// How long a user's attributes are read from memory before the database again: a change
+/// made on another instance applies within this.
+const ATTRIBUTES_TTL: Duration = Duration::from_secs(1);
+/// How often the rules' version is read from the database.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// What a rule decided, and which rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// `allow`, `deny` or `require_approval`.
+    pub action: &'static str,
+    /// The rule that decided; none when no rule applied (allowed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `dryRun` rules that would have decided otherwise, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dry_run: Vec<String>,
+}
+
+impl Decision {
+    fn allow() -> Self {
+        Self {
+            action: PolicyAction::Allow.as_str(),
+            rule: None,
+            dry_run: Vec::new(),
+        }
+    }
+
+    pub fn is_denied(&self) -> bool {
+        self.action == PolicyAction::Deny.as_str()
+    }
+
+    pub fn requires_approval(&self) -> bool {
+        self.action == PolicyAction::RequireApproval.as_str()
+    }
+
+    /// The refusal a caller reads: the rule's name and description.
+    pub fn refusal(&self, policies: &Policies) -> Option<Error> {
+        let rule = self.rule.clone()?;
+        let description = policies.description(&rule);
+        if self.is_denied() {
+            Some(Error::PolicyDenied { rule, description })
+        } else if self.requires_approval() {
+            Some(Error::PolicyApprovalRequired { rule, description })
+        } else {
+            None
+        }
+    }
+}
+
+/// What a tool call is, as rules see it.
+pub struct CallFacts<'a> {
+    pub user: &'a UserId,
+    pub attributes: &'a UserAttributes,
+    pub server: &'a McpServer,
+    pub tool: &'a rmcp::model::Tool,
+    /// `None` where the call is not made yet (the tools offered to a model).
+    pub arguments: Option<&'a Value>,
+    pub via: CallVia,
+}
+
+struct CompiledRule {
+    rule: PolicyRule,
+    program: cel::Program,
+}
+
+struct Compiled {
+    set: PolicySet,
+    calls: Vec<CompiledRule>,
+    servers: Vec<CompiledRule>,
+}
+
+/// The problems of a set's conditions, as `rules[i].when: line L, column C: …` lines.
+fn compile(set: PolicySet) -> std::result::Result<Compiled, Vec<String>> {
+    let mut calls = Vec::new();
+    let mut servers = Vec::new();
+    let mut problems = Vec::new();
+    for (i, rule) in set.rules.iter().enumerate() {
+        match cel::Program::compile(&rule.when) {
+            Ok(program) => {
+                let compiled = CompiledRule {
+                    rule: rule.clone(),
+                    program,
+                };
+                match rule.on {
+                    RuleScope::Call => calls.push(compiled),
+                    RuleScope::Server => servers.push(compiled),
+                }
+            }
+            Err(errors) => problems.extend(errors.errors.iter().map(|e| {
+                format!(
+                    "rules[{i}].when ('{}'): line {}, column {}: {}",
+                    rule.name, e.pos.0, e.pos.1, e.msg
+                )
+            })),
+        }
+    }
+    if problems.is_empty() {
+        Ok(Compiled {
+            set,
+            calls,
+            servers,
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+struct Inner {
+    store: Store,
+    metrics: Arc<Metrics>,
+    env: Arc<cel::Env>,
+    current: RwLock<Arc<Compiled>>,
+    attributes: moka::future::Cache<UserId, Arc<UserAttributes>>,
+}
+
+/// The rules in force and the users' attributes, shared by every door a call comes in by.
+#[derive(Clone)]
+pub struct Policies {
+    inner: Arc<Inner>,
+}
+
+impl Policies {
+    /// Reads the set in force and keeps following it (each second, while this lives).
+    pub async fn load(store: Store, metrics: Arc<Metrics>) -> Result<Self> {
+        let set = store.policies().current().await?;
+        let compiled = compile(set).map_err(|problems| {
+            Error::Unexpected(anyhow::anyhow!(
+                "the stored policy rules do not compile: {}",
+                problems.join("; ")
+            ))
+        })?;
+        let policies = Self {
+            inner: Arc::new(Inner {
+                store,
+                metrics,
+                env: Arc::new(cel::Env::stdlib()),
+                current: RwLock::new(Arc::new(compiled)),
+                attributes: moka::future::Cache::builder()
+                    .max_capacity(100_000)
+                    .time_to_live(ATTRIBUTES_TTL)
+                    .build(),
+            }),
+        };
+        let weak = Arc::downgrade(&policies.inner);
+        tokio::spawn(follow(weak));
+        Ok(policies)
+    }
+
+    fn compiled(&self) -> Arc<Compiled> {
+        self.inner.current.read().expect("not poisoned").clone()
+    }
+
+    /// Whether any rule applies to calls: none, and a call costs no lookup here.
+    pub fn governs_calls(&self) -> bool {
+        !self.compiled().calls.is_empty()
+    }
+
+    pub fn current(&self) -> PolicySet {
+        self.compiled().set.clone()
+    }
+
+    fn description(&self, rule: &str) -> String {
+        let compiled = self.compiled();
+        compiled
+            .calls
+            .iter()
+            .chain(&compiled.servers)
+            .find(|r| r.rule.name == rule)
+            .map(|r| r.rule.description.clone())
+            .unwrap_or_default()
+    }
+
+    /// Checks and saves a new set (422 naming each rule that does not compile, with the
+    /// line and column), in force here at once and elsewhere within a second.
+    pub async fn save(&self, rules: Vec<PolicyRule>, by: Option<String>) -> Result<PolicySet> {
+        PolicySet::check_rules(&rules)?;
+        let draft = PolicySet {
+            version: 0,
+            rules,
+            updated_at: None,
+            updated_by: by,
+        };
+        compile(draft.clone()).map_err(|problems| Error::Validation(problems.join("; ")))?;
+        let saved = self.inner.store.policies().save(&draft).await?;
+        tracing::info!(version = saved.version, rules = saved.rules.len(), by = ?saved.updated_by, "policy rules saved");
+        self.install(saved.clone());
+        Ok(saved)
+    }
+
+    fn install(&self, set: PolicySet) {
+        match compile(set) {
+            Ok(compiled) => {
+                let mut current = self.inner.current.write().expect("not poisoned");
+                if compiled.set.version >= current.set.version {
+                    *current = Arc::new(compiled);
+                }
+            }
+            Err(problems) => tracing::error!(
+                ?problems,
+                "stored policy rules do not compile; the previous set stays in force"
+            ),
+        }
+    }
+
+    /// Reads the set again when another instance saved a newer one.
+    async fn refresh(&self) -> Result<()> {
+        let version = self.inner.store.policies().current_version().await?;
+        if version > self.compiled().set.version {
+            let set = self.inner.store.policies().current().await?;
+            self.install(set);
+        }
+        Ok(())
+    }
+
+    pub async fn attributes(&self, user: &UserId) -> Result<Arc<UserAttributes>> {
+        if let Some(found) = self.inner.attributes.get(user).await {
+            return Ok(found);
+        }
+        let found = Arc::new(self.inner.store.policies().attributes(user).await?);
+        self.inner
+            .attributes
+            .insert(user.clone(), found.clone())
+            .await;
+        Ok(found)
+    }
+
+    pub async fn set_attributes(&self, user: &UserId, attributes: UserAttributes) -> Result<()> {
+        self.inner
+            .store
+            .policies()
+            .set_attributes(user, &attributes)
+            .await?;
+        self.inner
+            .attributes
+            .insert(user.clone(), Arc::new(attributes))
+            .await;
+        Ok(())
+    }
+
+    /// The decision on a tool call (or, without arguments, on offering the tool).
+    pub fn decide_call(&self, facts: &CallFacts<'_>) -> Decision {
+        let compiled = self.compiled();
+        if compiled.calls.is_empty() {
+            return Decision::allow();
+        }
+        let mut context = cel::Context::with_env(self.inner.env.clone());
+        context.add_variable_from_value("user", user_value(facts.user, facts.attributes));
+        context.add_variable_from_value("server", server_value(facts.server));
+        context.add_variable_from_value("tool", tool_value(facts.tool));
+        context.add_variable_from_value("path", facts.via.as_str());
+        if let Some(arguments) = facts.arguments {
+            context.add_variable_from_value("arguments", to_cel(arguments));
+        }
+        decide(&compiled.calls, &context, Some(&self.inner.metrics))
+    }
+
+    /// The decision of `rules` (else those in force) on a sample call: the test form.
+    /// Nothing is counted.
+    pub fn test(&self, rules: Option<Vec<PolicyRule>>, call: &SampleCall) -> Result<Decision> {
+        let compiled = match rules {
+            Some(rules) => {
+                PolicySet::check_rules(&rules)?;
+                let draft = PolicySet {
+                    rules,
+                    ..PolicySet::empty()
+                };
+                Arc::new(compile(draft).map_err(|p| Error::Validation(p.join("; ")))?)
+            }
+            None => self.compiled(),
+        };
+        let mut context = cel::Context::with_env(self.inner.env.clone());
+        let mut user = json!({"id": "", "groups": [], "plan": ""});
+        merge(&mut user, &call.user);
+        context.add_variable_from_value("user", to_cel(&user));
+        let mut server = json!({"id": "", "name": "", "type": "", "host": "", "preset": "",
+            "catalog": "", "global": false});
+        merge(&mut server, &call.server);
+        context.add_variable_from_value("server", to_cel(&server));
+        let rules = match call.on {
+            RuleScope::Server => &compiled.servers,
+            RuleScope::Call => {
+                let mut tool = json!({"name": "", "title": "", "annotations": {
+                    "readOnlyHint": false, "destructiveHint": true,
+                    "idempotentHint": false, "openWorldHint": true}});
+                merge(&mut tool, &call.tool);
+                context.add_variable_from_value("tool", to_cel(&tool));
+                context.add_variable_from_value("path", call.path.as_str());
+                if let Some(arguments) = &call.arguments {
+                    context.add_variable_from_value("arguments", to_cel(arguments));
+                }
+                &compiled.calls
+            }
+        };
+        Ok(decide(rules, &context, None))
+    }
+
+    /// The decision on a server a user creates or changes.
+    pub fn decide_server(
+        &self,
+        user: &UserId,
+        attributes: &UserAttributes,
+        server: &McpServer,
+    ) -> Decision {
+        let compiled = self.compiled();
+        if compiled.servers.is_empty() {
+            return Decision::allow();
+        }
+        let mut context = cel::Context::with_env(self.inner.env.clone());
+        context.add_variable_from_value("user", user_value(user, attributes));
+        context.add_variable_from_value("server", server_value(server));
+        decide(&compiled.servers, &context, Some(&self.inner.metrics))
+    }
+}
+
+/// A call as the test form gives it, each part as rules see it; what is left out reads
+/// as empty (annotations as the MCP specification's defaults).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SampleCall {
+    /// `call` (a tool call, the default) or `server` (a server being saved).
+    #[serde(default = "call_scope")]
+    pub on: RuleScope,
+    /// `{id, groups, plan}`
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub user: Value,
+    /// `{id, name, type, host, preset, catalog, global}`
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub server: Value,
+    /// `{name, title, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}`
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub tool: Value,
+    #[schema(value_type = Option<Object>)]
+    pub arguments: Option<Value>,
+    /// `rest`, `chat`, `gateway`, `xiaozhi` or `grpc`.
+    #[serde(default = "rest_path")]
+    pub path: String,
+}
+
+fn call_scope() -> RuleScope {
+    RuleScope::Call
+}
+
+fn rest_path() -> String {
+    "rest".into()
+}
+
+/// `given`'s keys over `base`'s, objects merged key by key.
+fn merge(base: &mut Value, given: &Value) {
+    match (base, given) {
+        (Value::Object(base), Value::Object(given)) => {
+            for (key, value) in given {
+                match base.get_mut(key) {
+                    Some(slot) => merge(slot, value),
+                    None => {
+                        base.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (slot, value) if !value.is_null() => *slot = value.clone(),
+        _ => {}
+    }
+}
+
+/// The rules for the calls of one user through one door, their attributes read once: what
+/// listing tools and planning a model's calls ask of each call.
+pub struct CallDecider {
+    /// None when no rule applies to calls: everything is allowed, nothing is read.
+    governed: Option<(Policies, Arc<UserAttributes>)>,
+    user: UserId,
+    via: CallVia,
+}
+
+impl CallDecider {
+    /// A decider that allows everything (no rules, or a caller outside governance).
+    pub fn allowing(user: &UserId, via: CallVia) -> Self {
+        Self {
+            governed: None,
+            user: user.clone(),
+            via,
+        }
+    }
+
+    pub fn decide(
+        &self,
+        server: &McpServer,
+        tool: &rmcp::model::Tool,
+        arguments: Option<&Value>,
+    ) -> Decision {
+        match &self.governed {
+            None => Decision::allow(),
+            Some((policies, attributes)) => policies.decide_call(&CallFacts {
+                user: &self.user,
+                attributes,
+                server,
+                tool,
+                arguments,
+                via: self.via,
+            }),
+        }
+    }
+
+    /// Whether a model is offered the tool: not when a rule denies it whatever the
+    /// arguments (a rule that reads the arguments cannot apply yet).
+    pub fn offers(&self, server: &McpServer, tool: &rmcp::model::Tool) -> bool {
+        !self.decide(server, tool, None).is_denied()
+    }
+
+    /// What the decisions depend on besides the call: the rules' version and the user's
+    /// attributes (a view of tools built under others is stale).
+    pub fn fingerprint(&self) -> (i64, Option<Arc<UserAttributes>>) {
+        match &self.governed {
+            None => (0, None),
+            Some((policies, attributes)) => {
+                (policies.compiled().set.version, Some(attributes.clone()))
+            }
+        }
+    }
+
+    /// The refusal of a decision, for the caller to read.
+    pub fn refusal(&self, decision: &Decision) -> Option<Error> {
+        let (policies, _) = self.governed.as_ref()?;
+        decision.refusal(policies)
+    }
+}
+
+impl Policies {
+    pub async fn decider(&self, user: &UserId, via: CallVia) -> Result<CallDecider> {
+        if !self.governs_calls() {
+            return Ok(CallDecider::allowing(user, via));
+        }
+        Ok(CallDecider {
+            governed: Some((self.clone(), self.attributes(user).await?)),
+            user: user.clone(),
+            via,
+        })
+    }
+}
+
+/// Follows the stored set while the service lives.
+async fn follow(weak: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(RELOAD_EVERY).await;
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let policies = Policies { inner };
+        if let Err(error) = policies.refresh().await {
+            tracing::debug!(%error, "could not read the policy rules' version");
+        }
+    }
+}
+
+fn decide(
+    rules: &[CompiledRule],
+    context: &cel::Context<'_, '_>,
+    metrics: Option<&Metrics>,
+) -> Decision {
+    let count = |rule: &str, action: &'static str, mode: &'static str| {
+        if let Some(metrics) = metrics {
+            metrics.policy_decision(rule, action, mode);
+        }
+    };
+    let mut dry_run = Vec::new();
+    for compiled in rules {
+        let applies = match compiled.program.execute(context) {
+            Ok(cel::Value::Bool(applies)) => applies,
+            Ok(_) | Err(_) => {
+                count(&compiled.rule.name, compiled.rule.action.as_str(), "error");
+                false
+            }
+        };
+        if !applies {
+            continue;
+        }
+        let rule = &compiled.rule;
+        if rule.dry_run {
+            if rule.action != PolicyAction::Allow {
+                tracing::warn!(rule = %rule.name, action = rule.action.as_str(), "policy rule in dry run would have decided");
+                count(&rule.name, rule.action.as_str(), "dry_run");
+                dry_run.push(rule.name.clone());
+            }
+            continue;
+        }
+        count(&rule.name, rule.action.as_str(), "enforced");
+        return Decision {
+            action: rule.action.as_str(),
+            rule: Some(rule.name.clone()),
+            dry_run,
+        };
+    }
+    Decision {
+        dry_run,
+        ..Decision::allow()
+    }
+}
+
+fn to_cel(value: &Value) -> cel::Value {
+    cel::to_value(value).unwrap_or(cel::Value::Null)
+}
+
+fn user_value(user: &UserId, attributes: &UserAttributes) -> cel::Value {
+    to_cel(&json!({
+        "id": user.as_str(),
+        "groups": attributes.groups,
+        "plan": attributes.plan.as_deref().unwrap_or(""),
+    }))
+}
+
+fn server_value(server: &McpServer) -> cel::Value {
+    let spec = &server.spec;
+    let host = spec
+        .transport
+        .remote()
+        .and_then(|e| e.url.expose().host_str().map(str::to_owned))
+        .unwrap_or_default();
+    let preset = spec
+        .transport
+        .stdio()
+        .filter(|_| spec.catalog.is_none())
+        .map(|s| s.preset.clone())
+        .unwrap_or_default();
+    to_cel(&json!({
+        "id": server.id.to_string(),
+        "name": spec.name.as_str(),
+        "type": spec.transport.kind().as_str(),
+        "host": host,
+        "preset": preset,
+        "catalog": spec.catalog.as_ref().map(|c| c.entry.as_str()).unwrap_or(""),
+        "global": server.user_id == UserId::global(),
+    }))
+}
+
+/// A tool's name, title and annotations, each hint with the MCP specification's default
+/// when the server leaves it out (`destructiveHint` and `openWorldHint` true).
+fn tool_value(tool: &rmcp::model::Tool) -> cel::Value {
+    let annotations = tool.annotations.as_ref();
+    let hint = |pick: fn(&rmcp::model::ToolAnnotations) -> Option<bool>, default: bool| {
+        annotations.and_then(pick).unwrap_or(default)
+    };
+    let mut annotated = BTreeMap::new();
+    annotated.insert("readOnlyHint", hint(|a| a.read_only_hint, false));
+    annotated.insert("destructiveHint", hint(|a| a.destructive_hint, true));
+    annotated.insert("idempotentHint", hint(|a| a.idempotent_hint, false));
+    annotated.insert("openWorldHint", hint(|a| a.open_world_hint, true));
+    to_cel(&json!({
+        "name": tool.name.as_ref(),
+        "title": tool.title.as_deref().unwrap_or(""),
+        "annotations": annotated,
+    }))
+}
