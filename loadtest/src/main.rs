@@ -124,6 +124,10 @@ enum Scenario {
         /// can be compared with the REST paths' plain HTTP client.
         #[arg(long, value_enum, default_value_t = scenarios::peers::McpClientKind::Rmcp)]
         mcp_client: scenarios::peers::McpClientKind,
+        /// Policy rules (`{"rules": [...]}`, as `PUT /admin/policies` takes) the service
+        /// evaluates on every call, e.g. `loadtest/policies-50.json`.
+        #[arg(long)]
+        policy_rules: Option<std::path::PathBuf>,
     },
     /// The operators' lists (users, servers, approvals, audit) at scale: seeds users and
     /// audit rows, then times each list and filter the console asks for.
@@ -228,9 +232,13 @@ async fn main() -> Result<()> {
             venv,
             only,
             mcp_client,
+            policy_rules,
         } => {
-            scenarios::peers::run(calls, concurrency, rounds, venv, only, mcp_client, cli.json)
-                .await
+            let options = scenarios::peers::Options {
+                mcp_client,
+                policy_rules,
+            };
+            scenarios::peers::run(calls, concurrency, rounds, venv, only, options, cli.json).await
         }
         Scenario::Soak {
             seconds,

@@ -283,15 +283,26 @@ fn median(values: &mut [f64]) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// How the service is called and set up.
+pub struct Options {
+    pub mcp_client: McpClientKind,
+    /// Policy rules the service evaluates on every call (`PUT /admin/policies`'s body).
+    pub policy_rules: Option<PathBuf>,
+}
+
 pub async fn run(
     calls: usize,
     levels: Vec<usize>,
     rounds: usize,
     venv: PathBuf,
     only: Vec<String>,
-    mcp_client: McpClientKind,
+    options: Options,
     as_json: bool,
 ) -> Result<()> {
+    let Options {
+        mcp_client,
+        policy_rules,
+    } = options;
     for path in &only {
         if !PATHS.contains(&path.as_str()) {
             bail!("unknown path {path}: the paths are {}", PATHS.join(", "));
@@ -304,6 +315,17 @@ pub async fn run(
     let fixture = fixture_binary()?.display().to_string();
     let service = Arc::new(Service::start_external().await?);
     service.add_fixture_preset().await?;
+    if let Some(path) = &policy_rules {
+        let rules: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        let saved = service
+            .send(reqwest::Method::PUT, "/admin/policies", USER, Some(rules))
+            .await?;
+        eprintln!(
+            "peers: {} policy rules in force (version {})",
+            saved["rules"].as_array().map_or(0, Vec::len),
+            saved["version"]
+        );
+    }
     let server = service
         .create_server(
             USER,

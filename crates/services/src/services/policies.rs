@@ -13,7 +13,9 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+type JsonObject = Map<String, Value>;
 
 use crate::domain::{
     CallVia, McpServer, PolicyAction, PolicyRule, PolicySet, RuleScope, UserAttributes, UserId,
@@ -84,26 +86,28 @@ pub struct CallFacts<'a> {
     pub via: CallVia,
 }
 
-struct CompiledRule {
+struct RuleSetRule {
     rule: PolicyRule,
     program: cel::Program,
 }
 
-struct Compiled {
+/// A set of rules compiled, ready to decide: what [`Policies`] swaps in whole.
+pub struct RuleSet {
     set: PolicySet,
-    calls: Vec<CompiledRule>,
-    servers: Vec<CompiledRule>,
+    calls: Vec<RuleSetRule>,
+    servers: Vec<RuleSetRule>,
+    env: Arc<cel::Env>,
 }
 
 /// The problems of a set's conditions, as `rules[i].when: line L, column C: …` lines.
-fn compile(set: PolicySet) -> std::result::Result<Compiled, Vec<String>> {
+fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
     let mut calls = Vec::new();
     let mut servers = Vec::new();
     let mut problems = Vec::new();
     for (i, rule) in set.rules.iter().enumerate() {
         match cel::Program::compile(&rule.when) {
             Ok(program) => {
-                let compiled = CompiledRule {
+                let compiled = RuleSetRule {
                     rule: rule.clone(),
                     program,
                 };
@@ -121,10 +125,11 @@ fn compile(set: PolicySet) -> std::result::Result<Compiled, Vec<String>> {
         }
     }
     if problems.is_empty() {
-        Ok(Compiled {
+        Ok(RuleSet {
             set,
             calls,
             servers,
+            env: Arc::new(cel::Env::stdlib()),
         })
     } else {
         Err(problems)
@@ -134,8 +139,7 @@ fn compile(set: PolicySet) -> std::result::Result<Compiled, Vec<String>> {
 struct Inner {
     store: Store,
     metrics: Arc<Metrics>,
-    env: Arc<cel::Env>,
-    current: RwLock<Arc<Compiled>>,
+    current: RwLock<Arc<RuleSet>>,
     attributes: moka::future::Cache<UserId, Arc<UserAttributes>>,
 }
 
@@ -159,7 +163,6 @@ impl Policies {
             inner: Arc::new(Inner {
                 store,
                 metrics,
-                env: Arc::new(cel::Env::stdlib()),
                 current: RwLock::new(Arc::new(compiled)),
                 attributes: moka::future::Cache::builder()
                     .max_capacity(100_000)
@@ -172,7 +175,7 @@ impl Policies {
         Ok(policies)
     }
 
-    fn compiled(&self) -> Arc<Compiled> {
+    fn compiled(&self) -> Arc<RuleSet> {
         self.inner.current.read().expect("not poisoned").clone()
     }
 
@@ -265,19 +268,8 @@ impl Policies {
 
     /// The decision on a tool call (or, without arguments, on offering the tool).
     pub fn decide_call(&self, facts: &CallFacts<'_>) -> Decision {
-        let compiled = self.compiled();
-        if compiled.calls.is_empty() {
-            return Decision::allow();
-        }
-        let mut context = cel::Context::with_env(self.inner.env.clone());
-        context.add_variable_from_value("user", user_value(facts.user, facts.attributes));
-        context.add_variable_from_value("server", server_value(facts.server));
-        context.add_variable_from_value("tool", tool_value(facts.tool));
-        context.add_variable_from_value("path", facts.via.as_str());
-        if let Some(arguments) = facts.arguments {
-            context.add_variable_from_value("arguments", to_cel(arguments));
-        }
-        decide(&compiled.calls, &context, Some(&self.inner.metrics))
+        self.compiled()
+            .decide_call(facts, Some(&self.inner.metrics))
     }
 
     /// The decision of `rules` (else those in force) on a sample call: the test form.
@@ -294,13 +286,13 @@ impl Policies {
             }
             None => self.compiled(),
         };
-        let mut context = cel::Context::with_env(self.inner.env.clone());
+        let mut context = cel::Context::with_env(compiled.env.clone());
         let mut user = json!({"id": "", "groups": [], "plan": ""});
-        merge(&mut user, &call.user);
+        merge(&mut user, &Value::Object(call.user.clone()));
         context.add_variable_from_value("user", to_cel(&user));
         let mut server = json!({"id": "", "name": "", "type": "", "host": "", "preset": "",
             "catalog": "", "global": false});
-        merge(&mut server, &call.server);
+        merge(&mut server, &Value::Object(call.server.clone()));
         context.add_variable_from_value("server", to_cel(&server));
         let rules = match call.on {
             RuleScope::Server => &compiled.servers,
@@ -308,11 +300,14 @@ impl Policies {
                 let mut tool = json!({"name": "", "title": "", "annotations": {
                     "readOnlyHint": false, "destructiveHint": true,
                     "idempotentHint": false, "openWorldHint": true}});
-                merge(&mut tool, &call.tool);
+                merge(&mut tool, &Value::Object(call.tool.clone()));
                 context.add_variable_from_value("tool", to_cel(&tool));
                 context.add_variable_from_value("path", call.path.as_str());
                 if let Some(arguments) = &call.arguments {
-                    context.add_variable_from_value("arguments", to_cel(arguments));
+                    context.add_variable_from_value(
+                        "arguments",
+                        to_cel(&Value::Object(arguments.clone())),
+                    );
                 }
                 &compiled.calls
             }
@@ -331,10 +326,36 @@ impl Policies {
         if compiled.servers.is_empty() {
             return Decision::allow();
         }
-        let mut context = cel::Context::with_env(self.inner.env.clone());
+        let mut context = cel::Context::with_env(compiled.env.clone());
         context.add_variable_from_value("user", user_value(user, attributes));
         context.add_variable_from_value("server", server_value(server));
         decide(&compiled.servers, &context, Some(&self.inner.metrics))
+    }
+}
+
+impl RuleSet {
+    /// Compiles `rules` (the problems, one line per rule that does not compile).
+    pub fn compile(rules: Vec<PolicyRule>) -> std::result::Result<Self, Vec<String>> {
+        compile(PolicySet {
+            rules,
+            ..PolicySet::empty()
+        })
+    }
+
+    /// The first applying rule's decision on a call; `metrics` counts it.
+    pub fn decide_call(&self, facts: &CallFacts<'_>, metrics: Option<&Metrics>) -> Decision {
+        if self.calls.is_empty() {
+            return Decision::allow();
+        }
+        let mut context = cel::Context::with_env(self.env.clone());
+        context.add_variable_from_value("user", user_value(facts.user, facts.attributes));
+        context.add_variable_from_value("server", server_value(facts.server));
+        context.add_variable_from_value("tool", tool_value(facts.tool));
+        context.add_variable_from_value("path", facts.via.as_str());
+        if let Some(arguments) = facts.arguments {
+            context.add_variable_from_value("arguments", to_cel(arguments));
+        }
+        decide(&self.calls, &context, metrics)
     }
 }
 
@@ -349,17 +370,17 @@ pub struct SampleCall {
     /// `{id, groups, plan}`
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub user: Value,
+    pub user: JsonObject,
     /// `{id, name, type, host, preset, catalog, global}`
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub server: Value,
+    pub server: JsonObject,
     /// `{name, title, annotations: {readOnlyHint, destructiveHint, idempotentHint, openWorldHint}}`
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub tool: Value,
+    pub tool: JsonObject,
     #[schema(value_type = Option<Object>)]
-    pub arguments: Option<Value>,
+    pub arguments: Option<JsonObject>,
     /// `rest`, `chat`, `gateway`, `xiaozhi` or `grpc`.
     #[serde(default = "rest_path")]
     pub path: String,
@@ -481,7 +502,7 @@ async fn follow(weak: Weak<Inner>) {
 }
 
 fn decide(
-    rules: &[CompiledRule],
+    rules: &[RuleSetRule],
     context: &cel::Context<'_, '_>,
     metrics: Option<&Metrics>,
 ) -> Decision {
