@@ -89,6 +89,8 @@ pub struct CallFacts<'a> {
 struct RuleSetRule {
     rule: PolicyRule,
     program: cel::Program,
+    /// Reads `arguments`: evaluated for each call; the others once per call base.
+    uses_arguments: bool,
 }
 
 /// A set of rules compiled, ready to decide: what [`Policies`] swaps in whole.
@@ -97,6 +99,69 @@ pub struct RuleSet {
     calls: Vec<RuleSetRule>,
     servers: Vec<RuleSetRule>,
     env: Arc<cel::Env>,
+    /// Some call rule reads the arguments.
+    reads_arguments: bool,
+    /// Call bases by the hash of what they were built from (checked again on a hit).
+    bases: moka::sync::Cache<u64, Arc<CallBase>>,
+}
+
+/// Call bases kept (a few hundred bytes each) and how long: a user's attributes or a
+/// server's definition changing makes a new key; these only bound the memory.
+const BASES_KEPT: u64 = 100_000;
+const BASE_TTL: Duration = Duration::from_secs(300);
+
+/// What a call's decision depends on besides its arguments, built once per user (with
+/// their attributes), server (as last saved), tool and door and kept: the values the
+/// rules read, and which rules that do not read the arguments apply. A call then
+/// evaluates only the rules that read its arguments.
+struct CallBase {
+    key: BaseKey,
+    user: cel::Value,
+    server: cel::Value,
+    tool: cel::Value,
+    /// By call rule: whether it applies, or `None` when that depends on the arguments. A
+    /// rule that reads them is false here when its other parts already make it false
+    /// (`tool.name == "x" && arguments…` for another tool): CEL's `&&`, `||` and `?:`
+    /// pass over an error only where the other side decides, so a definite result
+    /// without the arguments is the result with any.
+    applies: Vec<Option<bool>>,
+}
+
+/// Everything a base was built from, compared in full on a cache hit.
+#[derive(PartialEq)]
+struct BaseKey {
+    user: UserId,
+    attributes: UserAttributes,
+    server: uuid::Uuid,
+    server_saved: chrono::DateTime<chrono::Utc>,
+    tool: rmcp::model::Tool,
+    via: CallVia,
+}
+
+impl BaseKey {
+    fn matches(&self, facts: &CallFacts<'_>) -> bool {
+        self.via == facts.via
+            && self.server == facts.server.id
+            && self.server_saved == facts.server.updated_at
+            && self.user == *facts.user
+            && self.attributes == *facts.attributes
+            && self.tool.name == facts.tool.name
+            && self.tool.title == facts.tool.title
+            && self.tool.annotations == facts.tool.annotations
+    }
+
+    fn hash_of(facts: &CallFacts<'_>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        facts.user.as_str().hash(&mut hasher);
+        facts.attributes.groups.hash(&mut hasher);
+        facts.attributes.plan.hash(&mut hasher);
+        facts.server.id.hash(&mut hasher);
+        facts.server.updated_at.hash(&mut hasher);
+        facts.tool.name.hash(&mut hasher);
+        facts.via.as_str().hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 /// The problems of a set's conditions, as `rules[i].when: line L, column C: …` lines.
@@ -108,6 +173,7 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
         match cel::Program::compile(&rule.when) {
             Ok(program) => {
                 let compiled = RuleSetRule {
+                    uses_arguments: program.references().has_variable("arguments"),
                     rule: rule.clone(),
                     program,
                 };
@@ -126,10 +192,15 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
     }
     if problems.is_empty() {
         Ok(RuleSet {
+            reads_arguments: calls.iter().any(|r| r.uses_arguments),
             set,
             calls,
             servers,
             env: Arc::new(cel::Env::stdlib()),
+            bases: moka::sync::Cache::builder()
+                .max_capacity(BASES_KEPT)
+                .time_to_live(BASE_TTL)
+                .build(),
         })
     } else {
         Err(problems)
@@ -347,15 +418,76 @@ impl RuleSet {
         if self.calls.is_empty() {
             return Decision::allow();
         }
-        let mut context = cel::Context::with_env(self.env.clone());
-        context.add_variable_from_value("user", user_value(facts.user, facts.attributes));
-        context.add_variable_from_value("server", server_value(facts.server));
-        context.add_variable_from_value("tool", tool_value(facts.tool));
-        context.add_variable_from_value("path", facts.via.as_str());
-        if let Some(arguments) = facts.arguments {
-            context.add_variable_from_value("arguments", to_cel(arguments));
+        let base = self.base(facts, metrics);
+        let context = (self.reads_arguments && facts.arguments.is_some()).then(|| {
+            let mut context = cel::Context::with_env(self.env.clone());
+            context.add_variable_from_value("user", base.user.clone());
+            context.add_variable_from_value("server", base.server.clone());
+            context.add_variable_from_value("tool", base.tool.clone());
+            context.add_variable_from_value("path", facts.via.as_str());
+            if let Some(arguments) = facts.arguments {
+                context.add_variable_from_value("arguments", to_cel(arguments));
+            }
+            context
+        });
+        decide_by(
+            &self.calls,
+            |index, compiled| match (base.applies[index], &context) {
+                (Some(decided), _) => decided,
+                (None, Some(context)) => applies(compiled, context, metrics),
+                // Listing a tool: a rule that reads the arguments cannot apply yet.
+                (None, None) => false,
+            },
+            metrics,
+        )
+    }
+
+    /// The call's base, from the cache or built (every rule that does not read the
+    /// arguments evaluated once).
+    fn base(&self, facts: &CallFacts<'_>, metrics: Option<&Metrics>) -> Arc<CallBase> {
+        let hash = BaseKey::hash_of(facts);
+        if let Some(found) = self.bases.get(&hash)
+            && found.key.matches(facts)
+        {
+            return found;
         }
-        decide(&self.calls, &context, metrics)
+        let user = user_value(facts.user, facts.attributes);
+        let server = server_value(facts.server);
+        let tool = tool_value(facts.tool);
+        let mut context = cel::Context::with_env(self.env.clone());
+        context.add_variable_from_value("user", user.clone());
+        context.add_variable_from_value("server", server.clone());
+        context.add_variable_from_value("tool", tool.clone());
+        context.add_variable_from_value("path", facts.via.as_str());
+        let applies = self
+            .calls
+            .iter()
+            .map(|compiled| {
+                if !compiled.uses_arguments {
+                    return Some(applies(compiled, &context, metrics));
+                }
+                match compiled.program.execute(&context) {
+                    Ok(cel::Value::Bool(false)) => Some(false),
+                    _ => None,
+                }
+            })
+            .collect();
+        let base = Arc::new(CallBase {
+            key: BaseKey {
+                user: facts.user.clone(),
+                attributes: facts.attributes.clone(),
+                server: facts.server.id,
+                server_saved: facts.server.updated_at,
+                tool: facts.tool.clone(),
+                via: facts.via,
+            },
+            user,
+            server,
+            tool,
+            applies,
+        });
+        self.bases.insert(hash, base.clone());
+        base
     }
 }
 
@@ -501,9 +633,44 @@ async fn follow(weak: Weak<Inner>) {
     }
 }
 
+/// Whether `compiled`'s condition is true in `context`; one that cannot be evaluated (or
+/// is not a boolean) does not apply, and is counted.
+fn applies(
+    compiled: &RuleSetRule,
+    context: &cel::Context<'_, '_>,
+    metrics: Option<&Metrics>,
+) -> bool {
+    match compiled.program.execute(context) {
+        Ok(cel::Value::Bool(applies)) => applies,
+        Ok(_) | Err(_) => {
+            if let Some(metrics) = metrics {
+                metrics.policy_decision(
+                    &compiled.rule.name,
+                    compiled.rule.action.as_str(),
+                    "error",
+                );
+            }
+            false
+        }
+    }
+}
+
+/// The first rule that applies decides (dry-run ones are counted and passed over).
 fn decide(
     rules: &[RuleSetRule],
     context: &cel::Context<'_, '_>,
+    metrics: Option<&Metrics>,
+) -> Decision {
+    decide_by(
+        rules,
+        |_, compiled| applies(compiled, context, metrics),
+        metrics,
+    )
+}
+
+fn decide_by(
+    rules: &[RuleSetRule],
+    mut applies: impl FnMut(usize, &RuleSetRule) -> bool,
     metrics: Option<&Metrics>,
 ) -> Decision {
     let count = |rule: &str, action: &'static str, mode: &'static str| {
@@ -512,15 +679,8 @@ fn decide(
         }
     };
     let mut dry_run = Vec::new();
-    for compiled in rules {
-        let applies = match compiled.program.execute(context) {
-            Ok(cel::Value::Bool(applies)) => applies,
-            Ok(_) | Err(_) => {
-                count(&compiled.rule.name, compiled.rule.action.as_str(), "error");
-                false
-            }
-        };
-        if !applies {
+    for (index, compiled) in rules.iter().enumerate() {
+        if !applies(index, compiled) {
             continue;
         }
         let rule = &compiled.rule;
