@@ -116,9 +116,9 @@ const BASE_TTL: Duration = Duration::from_secs(300);
 /// evaluates only the rules that read its arguments.
 struct CallBase {
     key: BaseKey,
-    user: cel::Value,
-    server: cel::Value,
-    tool: cel::Value,
+    /// `user`, `server`, `tool` and `path` bound once: binding converts each value into
+    /// the interpreter's own (a deep copy), which cost more than the rules themselves.
+    context: cel::Context<'static, 'static>,
     /// By call rule: whether it applies, or `None` when that depends on the arguments. A
     /// rule that reads them is false here when its other parts already make it false
     /// (`tool.name == "x" && arguments…` for another tool): CEL's `&&`, `||` and `?:`
@@ -419,17 +419,14 @@ impl RuleSet {
             return Decision::allow();
         }
         let base = self.base(facts, metrics);
-        let context = (self.reads_arguments && facts.arguments.is_some()).then(|| {
-            let mut context = cel::Context::with_env(self.env.clone());
-            context.add_variable_from_value("user", base.user.clone());
-            context.add_variable_from_value("server", base.server.clone());
-            context.add_variable_from_value("tool", base.tool.clone());
-            context.add_variable_from_value("path", facts.via.as_str());
-            if let Some(arguments) = facts.arguments {
-                context.add_variable_from_value("arguments", to_cel(arguments));
+        let context = match facts.arguments {
+            Some(arguments) if self.reads_arguments => {
+                let mut scope = base.context.new_inner_scope();
+                scope.add_variable_from_value("arguments", to_cel(arguments));
+                Some(scope)
             }
-            context
-        });
+            _ => None,
+        };
         decide_by(
             &self.calls,
             |index, compiled| match (base.applies[index], &context) {
@@ -451,13 +448,10 @@ impl RuleSet {
         {
             return found;
         }
-        let user = user_value(facts.user, facts.attributes);
-        let server = server_value(facts.server);
-        let tool = tool_value(facts.tool);
         let mut context = cel::Context::with_env(self.env.clone());
-        context.add_variable_from_value("user", user.clone());
-        context.add_variable_from_value("server", server.clone());
-        context.add_variable_from_value("tool", tool.clone());
+        context.add_variable_from_value("user", user_value(facts.user, facts.attributes));
+        context.add_variable_from_value("server", server_value(facts.server));
+        context.add_variable_from_value("tool", tool_value(facts.tool));
         context.add_variable_from_value("path", facts.via.as_str());
         let applies = self
             .calls
@@ -481,9 +475,7 @@ impl RuleSet {
                 tool: facts.tool.clone(),
                 via: facts.via,
             },
-            user,
-            server,
-            tool,
+            context,
             applies,
         });
         self.bases.insert(hash, base.clone());
