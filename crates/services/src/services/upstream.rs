@@ -148,19 +148,12 @@ impl UpstreamService {
         if !self.policies.governs_calls() {
             return Ok(());
         }
-        let attributes = self.policies.attributes(user).await?;
-        let decision = self.policies.decide_call(&super::policies::CallFacts {
-            user,
-            attributes: &attributes,
-            server,
-            tool,
-            arguments: Some(arguments),
-            via: origin.via,
-        });
+        let decider = self.policies.decider(user, origin.via).await?;
+        let decision = decider.decide(server, tool, Some(arguments));
         let cannot_wait = matches!(origin.via, CallVia::Rest | CallVia::Grpc);
         if decision.is_denied() || (decision.requires_approval() && cannot_wait) {
-            return Err(decision
-                .refusal(&self.policies)
+            return Err(decider
+                .refusal(&decision)
                 .expect("a deciding rule is named"));
         }
         Ok(())
