@@ -109,6 +109,7 @@ fn embedded_runtime(user: &UserId) -> Arc<ServerRuntime> {
         server: McpServer {
             id: Uuid::new_v4(),
             user_id: user.clone(),
+            team: None,
             spec: ServerSpec {
                 name: ServerName::parse("calc").expect("name"),
                 transport: Transport::Embedded(EmbeddedKind::Calculator),

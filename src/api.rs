@@ -27,6 +27,7 @@ mod presets;
 mod sampling;
 mod servers;
 mod tasks;
+mod teams;
 mod upstream;
 
 use std::future::IntoFuture;
@@ -181,6 +182,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(connections::routes())
         .merge(operators::routes())
         .merge(policies::routes())
+        .merge(teams::routes())
         .merge(messages::routes())
         .merge(events::routes())
         .merge(chat::routes())

@@ -26,6 +26,7 @@ mod m20261204_000018_preset_limits;
 mod m20261205_000019_task_upstream;
 mod m20261206_000020_catalog;
 mod m20261207_000021_governance;
+mod m20261208_000022_quotas;
 
 pub struct Migrator;
 
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000019_task_upstream::Migration),
             Box::new(m20261206_000020_catalog::Migration),
             Box::new(m20261207_000021_governance::Migration),
+            Box::new(m20261208_000022_quotas::Migration),
         ]
     }
 }

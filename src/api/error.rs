@@ -120,7 +120,7 @@ fn domain_status(err: &Error) -> StatusCode {
         | Error::PolicyApprovalRequired { .. } => StatusCode::FORBIDDEN,
         Error::RegistryUnavailable(_) => StatusCode::BAD_GATEWAY,
         Error::ServerInactive | Error::AlreadySettled(_) => StatusCode::CONFLICT,
-        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Error::RateLimited { .. } | Error::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::HeldElsewhere => StatusCode::SERVICE_UNAVAILABLE,
         Error::TooManyTasks(_) => StatusCode::TOO_MANY_REQUESTS,
         Error::TaskNotFinished(_) | Error::TaskEndedWithout(_) => StatusCode::CONFLICT,
@@ -213,9 +213,9 @@ impl IntoResponse for ApiError {
             ApiError::Domain(Error::Pool(PoolError::Backoff { retry_in, .. })) => {
                 Some(retry_in.as_secs().max(1))
             }
-            ApiError::Domain(Error::RateLimited { retry_after, .. }) => {
-                Some(crate::error::wait_secs(*retry_after))
-            }
+            ApiError::Domain(
+                Error::RateLimited { retry_after, .. } | Error::QuotaExceeded { retry_after, .. },
+            ) => Some(crate::error::wait_secs(*retry_after)),
             ApiError::Domain(Error::Llm(LlmError::RateLimited {
                 retry_after: Some(wait),
                 ..

@@ -1,5 +1,6 @@
 //! `/admin/policies`: the operator's rules over tool calls and servers (CEL), their test
-//! form, and `PUT /admin/users/{user}/attributes`: what the backend says about a user.
+//! form, and `PUT /admin/users/{user}/attributes`: what the backend says about a user, and
+//! `GET /admin/users/{user}/quotas`: what they have used of each quota.
 
 use axum::Json as JsonResponse;
 use axum::extract::State;
@@ -14,14 +15,15 @@ use super::auth::AdminContext;
 use super::error::ApiError;
 use super::external_id::ExternalId;
 use super::extract::{Json, Path};
-use crate::domain::{PolicyRule, PolicySet, UserAttributes, UserId};
-use crate::services::policies::{Decision, SampleCall};
+use crate::domain::{PolicyRule, PolicySet, Quota, UserAttributes, UserId};
+use crate::services::policies::{Decision, QuotaUse, SampleCall};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(read, replace))
         .routes(routes!(test))
         .routes(routes!(attributes, set_attributes))
+        .routes(routes!(quota_use))
 }
 
 /// The rules in force.
@@ -31,6 +33,7 @@ struct PolicySetView {
     /// Increases by one with every save; 0 before the first.
     version: i64,
     rules: Vec<PolicyRule>,
+    quotas: Vec<Quota>,
     updated_at: Option<DateTime<Utc>>,
     /// The admin key that saved them.
     updated_by: Option<String>,
@@ -41,6 +44,7 @@ impl From<PolicySet> for PolicySetView {
         Self {
             version: set.version,
             rules: set.rules,
+            quotas: set.quotas,
             updated_at: set.updated_at,
             updated_by: set.updated_by,
         }
@@ -50,8 +54,12 @@ impl From<PolicySet> for PolicySetView {
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RulesInput {
-    /// In order: the first rule whose `when` is true decides.
+    /// In order: the first rule whose `when` is true decides; absent: none.
+    #[serde(default)]
     rules: Vec<PolicyRule>,
+    /// Every quota whose `when` is true for a call counts it; absent: none.
+    #[serde(default)]
+    quotas: Vec<Quota>,
 }
 
 /// The policy rules in force, in order.
@@ -76,7 +84,7 @@ async fn replace(
     let saved = state
         .services
         .policies
-        .save(input.rules, Some(admin.key_id.to_string()))
+        .save(input.rules, input.quotas, Some(admin.key_id.to_string()))
         .await?;
     Ok(JsonResponse(saved.into()))
 }
@@ -86,6 +94,9 @@ async fn replace(
 struct TestInput {
     /// Rules to try instead of those in force (a draft); absent: those in force.
     rules: Option<Vec<PolicyRule>>,
+    /// With `rules`: the draft's quotas (absent: none).
+    #[serde(default)]
+    quotas: Vec<Quota>,
     /// The call, as rules see it.
     call: SampleCall,
 }
@@ -98,9 +109,10 @@ async fn test(
     _admin: AdminContext,
     Json(input): Json<TestInput>,
 ) -> Result<JsonResponse<Decision>, ApiError> {
-    Ok(JsonResponse(
-        state.services.policies.test(input.rules, &input.call)?,
-    ))
+    Ok(JsonResponse(state.services.policies.test(
+        input.rules.map(|rules| (rules, input.quotas)),
+        &input.call,
+    )?))
 }
 
 /// What the backend says about a user.
@@ -152,4 +164,25 @@ async fn set_attributes(
         groups: attributes.groups,
         plan: attributes.plan,
     }))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct QuotaUseView {
+    quotas: Vec<QuotaUse>,
+}
+
+/// What a user has used of each quota in its window now (a shared quota: what all it
+/// applies to have used).
+#[utoipa::path(get, path = "/admin/users/{user}/quotas", tag = "admin",
+    params(("user" = ExternalId, Path, description = "The user's id")),
+    responses((status = OK, body = QuotaUseView)))]
+async fn quota_use(
+    State(state): State<AppState>,
+    _admin: AdminContext,
+    Path(user): Path<String>,
+) -> Result<JsonResponse<QuotaUseView>, ApiError> {
+    let user = UserId::parse(&user).map_err(|e| ApiError::InvalidUserId(e.to_string()))?;
+    let quotas = state.services.policies.usage(&user).await?;
+    Ok(JsonResponse(QuotaUseView { quotas }))
 }

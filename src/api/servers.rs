@@ -72,6 +72,10 @@ pub struct ServerView {
     /// The values of the entry's inputs, secret ones as `••••••`.
     #[serde(skip_serializing_if = "Option::is_none")]
     values: Option<BTreeMap<String, String>>,
+    /// A team server's group: the operator defines it, every member uses it with their
+    /// own connection and credentials, and only the operator changes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team: Option<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -102,6 +106,7 @@ impl From<McpServer> for ServerView {
             catalog: None,
             catalog_version: None,
             values: None,
+            team: server.team,
             created_at: server.created_at,
             updated_at: server.updated_at,
         };

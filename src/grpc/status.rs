@@ -25,9 +25,10 @@ pub fn from_error(error: &Error) -> Status {
         Error::NotFound(..) => Code::NotFound,
         Error::Conflict(_) => Code::AlreadyExists,
         Error::ServerInactive | Error::AlreadySettled(_) => Code::FailedPrecondition,
-        Error::LimitReached(_) | Error::RateLimited { .. } | Error::TooManyTasks(_) => {
-            Code::ResourceExhausted
-        }
+        Error::LimitReached(_)
+        | Error::RateLimited { .. }
+        | Error::QuotaExceeded { .. }
+        | Error::TooManyTasks(_) => Code::ResourceExhausted,
         Error::TaskNotFinished(_) | Error::TaskEndedWithout(_) => Code::FailedPrecondition,
         Error::ForbiddenCommand(_)
         | Error::UrlNotAllowed(_)

@@ -23,6 +23,7 @@ mod fixture_stdio;
 mod gateway;
 mod gateway_features;
 mod global_servers;
+mod governance;
 mod grpc;
 mod health;
 mod helpers;

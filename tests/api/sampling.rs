@@ -289,3 +289,62 @@ async fn roots_list_answers_the_servers_configured_roots() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_sampling_token_quota_counts_what_the_provider_reports_and_refuses_past_it() {
+    let llm = ScriptedLlm::openai().await;
+    let app = app_with_model(&llm, |_| {}).await;
+    let upstream = HttpUpstream::everything("streamableHttp").await;
+    let server = sampling_server(
+        &app,
+        "u",
+        &upstream,
+        json!({"policy": "auto", "provider": "scripted", "model": "small-model"}),
+    )
+    .await;
+    let bad = app
+        .admin(
+            Method::PUT,
+            "/admin/policies",
+            Some(
+                json!({"quotas": [{"name": "t", "counts": "samplingTokens", "limit": 10,
+                                    "window": "day", "when": "server.name == \"every\""}]}),
+            ),
+        )
+        .await;
+    assert_eq!(bad.code(), "VALIDATION_ERROR", "{}", bad.text);
+    let saved = app
+        .admin(
+            Method::PUT,
+            "/admin/policies",
+            Some(
+                json!({"quotas": [{"name": "tokens-daily", "counts": "samplingTokens",
+                                    "limit": 10, "window": "day"}]}),
+            ),
+        )
+        .await;
+    assert_eq!(saved.status, StatusCode::OK, "{}", saved.text);
+    // The scripted provider reports 9 tokens an answer: under 10 after one, past it after two.
+    for answer in ["Paris.", "Rome."] {
+        llm.push(openai_text(answer));
+        let text = sample(&app, "u", &server, "A capital?").await;
+        assert!(text.contains(answer), "{text}");
+    }
+    llm.push(openai_text("never asked"));
+    let refused = app
+        .call(
+            "u",
+            &server,
+            "trigger-sampling-request",
+            json!({"prompt": "More?", "maxTokens": 10}),
+        )
+        .await;
+    assert!(
+        refused.text.contains("tokens-daily") && refused.text.contains("sampling tokens"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(llm.requests().len(), 2, "the third never reached the model");
+    let used = app.admin(Method::GET, "/admin/users/u/quotas", None).await;
+    assert_eq!(used.body["quotas"][0]["used"], 18, "{}", used.text);
+}

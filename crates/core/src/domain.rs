@@ -21,7 +21,10 @@ pub use catalog::{
     SERVER_JSON_SCHEMA_VERSION, ServerJson, newer_version, whole_match,
 };
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
-pub use policy::{MAX_RULES, PolicyAction, PolicyRule, PolicySet, RuleScope, UserAttributes};
+pub use policy::{
+    MAX_RULES, PolicyAction, PolicyRule, PolicySet, Quota, QuotaMeasure, QuotaSubject, QuotaWindow,
+    RuleScope, UserAttributes, check_group,
+};
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
 pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;

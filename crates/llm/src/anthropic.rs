@@ -161,7 +161,19 @@ pub(super) async fn read_stream(
                     _ => {}
                 }
             }
+            "message_start" => {
+                // The prompt's tokens; the answer's come with `message_delta`.
+                if let Some(input) = data
+                    .pointer("/message/usage/input_tokens")
+                    .and_then(Value::as_u64)
+                {
+                    completion.tokens = Some(completion.tokens.unwrap_or(0) + input);
+                }
+            }
             "message_delta" => {
+                if let Some(output) = data.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    completion.tokens = Some(completion.tokens.unwrap_or(0) + output);
+                }
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     completion.finish_reason = Some(reason.to_owned());
                 }
@@ -188,7 +200,7 @@ pub(super) async fn read_stream(
                 }
                 return Err(LlmError::Stream(format!("{kind}: {message}")));
             }
-            // message_start, content_block_stop, ping.
+            // content_block_stop, ping.
             _ => {}
         }
     }

@@ -71,6 +71,8 @@ pub struct Completion {
     pub text: String,
     pub calls: Vec<ToolCall>,
     pub finish_reason: Option<String>,
+    /// Prompt and answer tokens, as the provider reported them (none when it did not).
+    pub tokens: Option<u64>,
 }
 
 /// What a caller sees while an answer streams in.

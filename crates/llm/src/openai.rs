@@ -102,6 +102,11 @@ pub(super) async fn read_stream(
                 .unwrap_or("unspecified error");
             return Err(LlmError::Stream(message.to_owned()));
         }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let part = |name: &str| usage.get(name).and_then(Value::as_u64);
+            completion.tokens = part("total_tokens")
+                .or_else(|| Some(part("prompt_tokens").unwrap_or(0) + part("completion_tokens")?));
+        }
         let Some(choice) = chunk.pointer("/choices/0") else {
             // Usage-only chunks and keep-alives carry no choice.
             continue;

@@ -106,7 +106,8 @@ impl Services {
                 max_prompt_bytes: settings.sampling.max_prompt_bytes as usize,
             },
             forwarder.clone(),
-        );
+        )
+        .counted_by(policies.clone());
         let elicitations = elicitations::Elicitations::new(
             events.clone(),
             std::time::Duration::from_secs(settings.elicitation.timeout_secs),

@@ -148,6 +148,16 @@ pub enum Error {
         per_minute: u32,
         retry_after: std::time::Duration,
     },
+    /// An operator's quota on tool calls is used up for this window.
+    #[error("quota '{quota}' is used up: at most {limit} {what} a {window}; try again in {}s", wait_secs(*retry_after))]
+    QuotaExceeded {
+        quota: String,
+        limit: u64,
+        /// `calls` or `sampling tokens`.
+        what: &'static str,
+        window: &'static str,
+        retry_after: std::time::Duration,
+    },
     /// The user has `tasks.max_open_per_user` tasks open.
     #[error("too many open tasks: at most {0} at once; wait for one to end or cancel one")]
     TooManyTasks(u64),
@@ -255,6 +265,7 @@ impl Error {
             Error::RegistryUnavailable(_) => "REGISTRY_UNAVAILABLE",
             Error::AlreadySettled(_) => "TOOL_CALL_SETTLED",
             Error::RateLimited { .. } => "RATE_LIMITED",
+            Error::QuotaExceeded { .. } => "QUOTA_EXCEEDED",
             Error::HeldElsewhere => "HELD_ELSEWHERE",
             Error::TooManyTasks(_) => "TOO_MANY_TASKS",
             Error::TaskNotFinished(_) => "TASK_NOT_FINISHED",

@@ -234,6 +234,30 @@ impl OAuthRepo {
         Ok(before)
     }
 
+    /// [`Self::delete_server`] for every user's tokens (a team server's members').
+    pub async fn delete_server_for_everyone(
+        &self,
+        server: Uuid,
+    ) -> Result<Vec<TokenRecord>, StoreError> {
+        let users: Vec<String> = oauth_token::Entity::find()
+            .filter(oauth_token::Column::ServerId.eq(server))
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(|row| row.user_id)
+            .collect();
+        let mut records = Vec::new();
+        for user in users {
+            let Ok(user) = UserId::parse(&user) else {
+                continue;
+            };
+            if let Some(record) = self.delete_server(&user, server).await? {
+                records.push(record);
+            }
+        }
+        Ok(records)
+    }
+
     /// Counts a step-up authorization and returns how many there were since the last
     /// plain one.
     pub async fn count_step_up(&self, user: &UserId, server: Uuid) -> Result<i32, StoreError> {

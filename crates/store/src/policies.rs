@@ -1,7 +1,10 @@
-//! The `policy_sets` and `user_attributes` tables.
+//! The `policy_sets`, `user_attributes` and `quota_usage` tables.
 
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{ActiveValue::Set, EntityTrait, QueryOrder, QuerySelect};
+use sea_orm::{
+    ActiveValue::Set, ConnectionTrait, DatabaseBackend, EntityTrait, QueryOrder, QuerySelect,
+    Statement,
+};
 
 use super::entities::{policy_set, user_attribute};
 use super::{Db, StoreError, from_json};
@@ -29,6 +32,10 @@ impl PolicyRepo {
         Ok(PolicySet {
             version: row.version,
             rules: from_json("rules", row.rules)?,
+            quotas: match row.quotas {
+                Some(quotas) => from_json("quotas", quotas)?,
+                None => Vec::new(),
+            },
             updated_at: Some(row.created_at),
             updated_by: row.created_by,
         })
@@ -53,6 +60,7 @@ impl PolicyRepo {
         policy_set::Entity::insert(policy_set::ActiveModel {
             version: Set(version),
             rules: Set(serde_json::json!(set.rules)),
+            quotas: Set(Some(serde_json::json!(set.quotas))),
             created_by: Set(set.updated_by.clone()),
             created_at: Set(now),
         })
@@ -61,6 +69,7 @@ impl PolicyRepo {
         Ok(PolicySet {
             version,
             rules: set.rules.clone(),
+            quotas: set.quotas.clone(),
             updated_at: Some(now),
             updated_by: set.updated_by.clone(),
         })
@@ -104,4 +113,157 @@ impl PolicyRepo {
         .await?;
         Ok(())
     }
+
+    /// Adds one to `quota`'s count for `subject` in the window ending at `window_end`
+    /// unless that would pass `limit`: the count after, or `None` when it is full. One
+    /// statement, so instances sharing the database never take the same last unit.
+    pub async fn take_quota(
+        &self,
+        quota: &str,
+        subject: &str,
+        window_end: i64,
+        limit: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        if limit == 0 {
+            return Ok(None);
+        }
+        let db = self.db.writer()?;
+        let backend = db.get_database_backend();
+        let sql = placeholders(
+            backend,
+            "INSERT INTO quota_usage (quota, subject, window_end, used) VALUES (?, ?, ?, 1) \
+             ON CONFLICT (quota, subject, window_end) DO UPDATE SET used = quota_usage.used + 1 \
+             WHERE quota_usage.used < ? RETURNING used",
+        );
+        let row = db
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [
+                    quota.into(),
+                    subject.into(),
+                    window_end.into(),
+                    (limit.min(i64::MAX as u64) as i64).into(),
+                ],
+            ))
+            .await?;
+        match row {
+            Some(row) => Ok(Some(row.try_get_by_index::<i64>(0)?.max(0) as u64)),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds `amount` to a count, whatever the limit (tokens known only once used).
+    pub async fn add_quota(
+        &self,
+        quota: &str,
+        subject: &str,
+        window_end: i64,
+        amount: u64,
+    ) -> Result<(), StoreError> {
+        let db = self.db.writer()?;
+        let backend = db.get_database_backend();
+        let sql = placeholders(
+            backend,
+            "INSERT INTO quota_usage (quota, subject, window_end, used) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (quota, subject, window_end) DO UPDATE SET used = quota_usage.used + excluded.used",
+        );
+        let amount = amount.min(i64::MAX as u64) as i64;
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [
+                quota.into(),
+                subject.into(),
+                window_end.into(),
+                amount.into(),
+            ],
+        ))
+        .await?;
+        Ok(())
+    }
+
+    /// Gives back one unit [`Self::take_quota`] took (a call another quota refused).
+    pub async fn give_back_quota(
+        &self,
+        quota: &str,
+        subject: &str,
+        window_end: i64,
+    ) -> Result<(), StoreError> {
+        let db = self.db.writer()?;
+        let backend = db.get_database_backend();
+        let sql = placeholders(
+            backend,
+            "UPDATE quota_usage SET used = used - 1 \
+             WHERE quota = ? AND subject = ? AND window_end = ? AND used > 0",
+        );
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [quota.into(), subject.into(), window_end.into()],
+        ))
+        .await?;
+        Ok(())
+    }
+
+    /// The count of `quota` for `subject` in the window ending at `window_end` (0 when
+    /// nothing was counted).
+    pub async fn quota_used(
+        &self,
+        quota: &str,
+        subject: &str,
+        window_end: i64,
+    ) -> Result<u64, StoreError> {
+        let db = self.db.reader()?;
+        let backend = db.get_database_backend();
+        let sql = placeholders(
+            backend,
+            "SELECT used FROM quota_usage WHERE quota = ? AND subject = ? AND window_end = ?",
+        );
+        let row = db
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [quota.into(), subject.into(), window_end.into()],
+            ))
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get_by_index::<i64>(0)?.max(0) as u64,
+            None => 0,
+        })
+    }
+
+    /// Deletes the counts of windows that ended before `before` (seconds since the epoch).
+    pub async fn sweep_quotas(&self, before: i64) -> Result<u64, StoreError> {
+        let db = self.db.writer()?;
+        let backend = db.get_database_backend();
+        let sql = placeholders(backend, "DELETE FROM quota_usage WHERE window_end < ?");
+        let done = db
+            .execute_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [before.into()],
+            ))
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// `sql` with its `?` as PostgreSQL's `$1`, `$2`, … there.
+fn placeholders(backend: DatabaseBackend, sql: &str) -> String {
+    if backend != DatabaseBackend::Postgres {
+        return sql.to_owned();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -10,7 +10,7 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
-use super::entities::{assistant_server, mcp_server};
+use super::entities::{assistant_server, mcp_server, user_attribute};
 use super::{
     Counted, Db, StoreError, contains, corrupt, count_capped, from_json, open_map, seal_map,
 };
@@ -50,6 +50,68 @@ impl ServerRepo {
             .await?
             .map(|row| self.to_domain(row))
             .transpose()
+    }
+
+    /// The owners whose servers `user` may use: themself, and the team owner of each of
+    /// their groups.
+    async fn owners_for(&self, user: &UserId) -> Result<Vec<String>, StoreError> {
+        let mut owners = vec![user.as_str().to_owned()];
+        if let Some(row) = user_attribute::Entity::find_by_id(user.as_str().to_owned())
+            .one(self.db.reader()?)
+            .await?
+        {
+            let groups: Vec<String> = from_json("groups", row.groups)?;
+            owners.extend(
+                groups
+                    .iter()
+                    .map(|g| UserId::of_team(g).as_str().to_owned()),
+            );
+        }
+        Ok(owners)
+    }
+
+    /// A server `user` may use: their own, or a team server of one of their groups, then
+    /// with `user_id` the user (their connection, their tokens).
+    pub async fn usable(&self, user: &UserId, id: Uuid) -> Result<Option<McpServer>, StoreError> {
+        if let Some(own) = self.get(user, id).await? {
+            return Ok(Some(own));
+        }
+        let owners = self.owners_for(user).await?;
+        if owners.len() == 1 {
+            return Ok(None);
+        }
+        let Some(row) = mcp_server::Entity::find_by_id(id)
+            .filter(mcp_server::Column::UserId.is_in(owners))
+            .one(self.db.reader()?)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut server = self.to_domain(row)?;
+        server.user_id = user.clone();
+        Ok(Some(server))
+    }
+
+    /// The team servers of `user`'s groups, as [`Self::usable`] gives them.
+    pub async fn team_servers_of(&self, user: &UserId) -> Result<Vec<McpServer>, StoreError> {
+        let mut owners = self.owners_for(user).await?;
+        owners.remove(0);
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        mcp_server::Entity::find()
+            .filter(mcp_server::Column::UserId.is_in(owners))
+            .order_by_asc(mcp_server::Column::CreatedAt)
+            .order_by_asc(mcp_server::Column::Id)
+            .all(self.db.reader()?)
+            .await?
+            .into_iter()
+            .map(|row| {
+                let mut server = self.to_domain(row)?;
+                server.user_id = user.clone();
+                Ok(server)
+            })
+            .collect()
     }
 
     /// Users with servers, by id, whose id holds `search` (any case), with how many servers
@@ -205,8 +267,8 @@ impl ServerRepo {
             .collect())
     }
 
-    /// Which of `ids` belong to `user`.
-    pub async fn owned_ids(
+    /// Which of `ids` `user` may use (their own, and their groups' team servers).
+    pub async fn usable_ids(
         &self,
         user: &UserId,
         ids: &[Uuid],
@@ -214,8 +276,9 @@ impl ServerRepo {
         if ids.is_empty() {
             return Ok(HashSet::new());
         }
+        let owners = self.owners_for(user).await?;
         Ok(mcp_server::Entity::find()
-            .filter(mcp_server::Column::UserId.eq(user.as_str()))
+            .filter(mcp_server::Column::UserId.is_in(owners))
             .filter(mcp_server::Column::Id.is_in(ids.iter().copied()))
             .all(self.db.reader()?)
             .await?
@@ -413,9 +476,11 @@ impl ServerRepo {
                 }
             }
         };
+        let user_id = UserId::parse_owner(&row.user_id).map_err(|e| corrupt("user_id", e))?;
         Ok(McpServer {
             id: row.id,
-            user_id: UserId::parse(&row.user_id).map_err(|e| corrupt("user_id", e))?,
+            team: user_id.team_group().map(str::to_owned),
+            user_id,
             spec: ServerSpec {
                 name: ServerName::parse(&row.name).map_err(|e| corrupt("name", e))?,
                 transport,

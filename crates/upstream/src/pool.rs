@@ -537,10 +537,12 @@ impl Pool {
 
     /// Stops every connection of `user` to `server`, each conversation's included, e.g.
     /// after the server's definition changed. `false` when there was none.
+    /// A team server's owner stops every member's connections to it.
     pub async fn stop_server(&self, user: &UserId, server: Uuid) -> bool {
+        let team = user.team_group().is_some();
         let keys = self
             .registry
-            .keys_where(|key| key.user == *user && key.server == server);
+            .keys_where(|key| key.server == server && (team || key.user == *user));
         let mut stopped = false;
         for key in keys {
             stopped |= self.stop(&key).await;

@@ -5,6 +5,7 @@ use std::fmt;
 use crate::invalid::InvalidInput;
 
 const MAX_ID_LEN: usize = 128;
+const TEAM_PREFIX: &str = "*team:";
 const MAX_SERVER_NAME_CHARS: usize = 64;
 
 /// Characters an external id may use: enough for UUIDs, e-mails and `auth0|123` style ids,
@@ -44,6 +45,24 @@ impl UserId {
     /// request can name it.
     pub fn global() -> Self {
         Self("*global".into())
+    }
+
+    /// The owner of group `group`'s team servers (`*` again keeps it out of requests).
+    pub fn of_team(group: &str) -> Self {
+        Self(format!("{TEAM_PREFIX}{group}"))
+    }
+
+    /// A stored server's owner: a user, or a team's owner.
+    pub fn parse_owner(raw: &str) -> Result<Self, InvalidInput> {
+        match raw.strip_prefix(TEAM_PREFIX) {
+            Some(group) if !group.is_empty() => Ok(Self::of_team(group)),
+            _ => Self::parse(raw),
+        }
+    }
+
+    /// The group whose team servers this owner holds.
+    pub fn team_group(&self) -> Option<&str> {
+        self.0.strip_prefix(TEAM_PREFIX)
     }
 }
 

@@ -328,6 +328,9 @@ pub struct McpServer {
     pub id: Uuid,
     pub user_id: UserId,
     pub spec: ServerSpec,
+    /// A team server's group: every member uses it, each with their own connection and
+    /// credentials. Loaded for a member, `user_id` is that member.
+    pub team: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

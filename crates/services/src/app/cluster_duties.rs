@@ -196,7 +196,8 @@ impl Services {
                 }
             }
             Note::ServerChanged { user, server } => {
-                if let Ok(user) = UserId::parse(user) {
+                // A team server's owner: every member's connections to it.
+                if let Ok(user) = UserId::parse_owner(user) {
                     // Closing a session may take seconds; other notes do not wait for it.
                     let (pool, server) = (self.pool.clone(), *server);
                     tokio::spawn(async move { pool.stop_server(&user, server).await });

@@ -160,7 +160,7 @@ impl AssistantService {
                 ids.push(id);
             }
         }
-        let owned = self.store.servers().owned_ids(user, &ids).await?;
+        let owned = self.store.servers().usable_ids(user, &ids).await?;
         if let Some(missing) = ids.iter().find(|id| !owned.contains(id)) {
             return Err(Error::NotFound(Resource::McpServer, missing.to_string()));
         }

@@ -392,6 +392,8 @@ pub struct CallAudit {
     trail: AuditTrail,
     entry: Option<AuditEntry>,
     started: std::time::Instant,
+    /// Paths in the result a policy's `redact` rules keep out of the row.
+    result_fields: Vec<String>,
 }
 
 impl AuditTrail {
@@ -409,6 +411,7 @@ impl AuditTrail {
                 trail: self.clone(),
                 entry: None,
                 started: std::time::Instant::now(),
+                result_fields: Vec::new(),
             };
         }
         let mut entry = AuditEntry::new(
@@ -426,6 +429,7 @@ impl AuditTrail {
             trail: self.clone(),
             entry: Some(entry),
             started: std::time::Instant::now(),
+            result_fields: Vec::new(),
         }
     }
 
@@ -472,9 +476,37 @@ impl CallAudit {
         }
     }
 
+    /// Keeps `fields` (what a policy's `redact` rules name: `arguments.<path>`,
+    /// `result.<path>`) out of the row: the arguments' now, the result's when it comes.
+    pub fn redact(&mut self, fields: &[String], arguments: &Value) {
+        let settings = &self.trail.inner.settings;
+        let Some(entry) = &mut self.entry else {
+            return;
+        };
+        if settings.record_details {
+            let mut kept = arguments.clone();
+            for path in fields.iter().filter_map(|f| f.strip_prefix("arguments.")) {
+                redact_path(&mut kept, path);
+            }
+            entry.arguments = Some(arguments_detail(&kept, settings.max_detail_bytes));
+        }
+        self.result_fields = fields
+            .iter()
+            .filter_map(|f| f.strip_prefix("result."))
+            .map(str::to_owned)
+            .collect();
+    }
+
     /// The server answered (an error result included).
     pub fn answered(mut self, result: &CallToolResult) {
         let settings = &self.trail.inner.settings;
+        let redacted;
+        let result = if self.result_fields.is_empty() {
+            result
+        } else {
+            redacted = redact_result(result, &self.result_fields);
+            &redacted
+        };
         if let Some(mut entry) = self.entry.take() {
             let status = if result.is_error == Some(true) {
                 ToolCallStatus::Error
@@ -775,6 +807,52 @@ pub fn redacted(value: &Value) -> Value {
         Value::String(text) => Value::String(cut_chars(text, MAX_STRING_CHARS)),
         other => other.clone(),
     }
+}
+
+/// Replaces what `path` (parts joined by `.`) names in `value` by `"[redacted]"`; an
+/// array on the way applies the rest of the path to each of its items.
+pub fn redact_path(value: &mut Value, path: &str) {
+    let (head, rest) = match path.split_once('.') {
+        Some((head, rest)) => (head, Some(rest)),
+        None => (path, None),
+    };
+    match value {
+        Value::Array(items) => {
+            for item in items {
+                redact_path(item, path);
+            }
+        }
+        Value::Object(map) => match (map.get_mut(head), rest) {
+            (Some(slot), None) => *slot = Value::String(REDACTED.into()),
+            (Some(slot), Some(rest)) => redact_path(slot, rest),
+            (None, _) => {}
+        },
+        _ => {}
+    }
+}
+
+/// `result` with `paths` redacted in its structured content and in each text block that
+/// is JSON (where tools put what they return as text).
+fn redact_result(result: &CallToolResult, paths: &[String]) -> CallToolResult {
+    let mut result = result.clone();
+    if let Some(structured) = &mut result.structured_content {
+        for path in paths {
+            redact_path(structured, path);
+        }
+    }
+    for block in &mut result.content {
+        let Some(text) = block.as_text() else {
+            continue;
+        };
+        let Ok(mut parsed) = serde_json::from_str::<Value>(&text.text) else {
+            continue;
+        };
+        for path in paths {
+            redact_path(&mut parsed, path);
+        }
+        *block = rmcp::model::ContentBlock::text(parsed.to_string());
+    }
+    result
 }
 
 fn cut_chars(text: &str, max: usize) -> String {

@@ -144,6 +144,7 @@ impl GlobalServers {
                     server: McpServer {
                         id,
                         user_id: UserId::global(),
+                        team: None,
                         spec: ServerSpec {
                             name: server_name,
                             transport,

@@ -174,7 +174,7 @@ impl OAuthService {
         self.inner
             .store
             .servers()
-            .get(user, id)
+            .usable(user, id)
             .await?
             .ok_or_else(|| Error::NotFound(Resource::McpServer, server_id.to_owned()))
     }
@@ -316,7 +316,7 @@ impl OAuthService {
         challenge: &AuthChallenge,
     ) -> Result<Error, Error> {
         let repo = self.inner.store.oauth();
-        let Some(server) = self.inner.store.servers().get(user, server_id).await? else {
+        let Some(server) = self.inner.store.servers().usable(user, server_id).await? else {
             return Ok(Error::Pool(crate::pool::PoolError::Upstream(
                 McpError::AuthRequired(challenge.clone()),
             )));
@@ -426,7 +426,7 @@ impl OAuthService {
             .inner
             .store
             .servers()
-            .get(&pending.user, pending.server)
+            .usable(&pending.user, pending.server)
             .await
             .map_err(|e| fail(e.into()))?
             .ok_or_else(|| fail(OAuthError::UnknownState.into()))?;
@@ -470,7 +470,7 @@ impl OAuthService {
             .inner
             .store
             .servers()
-            .get(&pending.user, pending.server)
+            .usable(&pending.user, pending.server)
             .await
             .map_err(|e| fail(e.into()))?;
         if still.as_ref().is_none_or(moved) {
@@ -523,8 +523,18 @@ impl OAuthService {
     }
 
     /// The server was deleted: its tokens are revoked and forgotten.
+    /// A team server's owner forgets (and revokes) every member's tokens for it.
     pub(crate) async fn server_deleted(&self, user: &UserId, server: Uuid) -> Result<()> {
-        if let Some(record) = self.inner.store.oauth().delete_server(user, server).await? {
+        let repo = self.inner.store.oauth();
+        let records = if user.team_group().is_some() {
+            repo.delete_server_for_everyone(server).await?
+        } else {
+            repo.delete_server(user, server)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        for record in records {
             self.revoke(record).await;
         }
         Ok(())

@@ -6,7 +6,13 @@
 //! within a second without any message between instances. A call is decided by the first
 //! rule whose condition is true (a `dryRun` rule is counted and logged, never decides);
 //! none applying allows. A condition that cannot be evaluated for a call (a field the call
-//! does not have) does not apply; its error is counted.
+//! does not have) does not apply; its error is counted. `redact` rules do not decide: each
+//! that applies adds its fields to what the audit log leaves out, and evaluation goes on.
+//!
+//! Quotas are saved with the rules. Every quota whose condition is true for an allowed
+//! call counts it, in the database (one conditional increment per quota), so instances
+//! sharing it count against the same number exactly; a call that would pass a limit is
+//! refused (429 `QUOTA_EXCEEDED`) with the time left in the window.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, Weak};
@@ -18,7 +24,8 @@ use serde_json::{Map, Value, json};
 type JsonObject = Map<String, Value>;
 
 use crate::domain::{
-    CallVia, McpServer, PolicyAction, PolicyRule, PolicySet, RuleScope, UserAttributes, UserId,
+    CallVia, McpServer, PolicyAction, PolicyRule, PolicySet, Quota, QuotaMeasure, QuotaSubject,
+    RuleScope, UserAttributes, UserId,
 };
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -29,6 +36,8 @@ use crate::store::Store;
 const ATTRIBUTES_TTL: Duration = Duration::from_secs(1);
 /// How often the rules' version is read from the database.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
+/// How often counts of windows that ended a day ago are deleted (in reloads).
+const SWEEP_EVERY_RELOADS: u64 = 600;
 
 /// What a rule decided, and which rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -42,6 +51,12 @@ pub struct Decision {
     /// `dryRun` rules that would have decided otherwise, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dry_run: Vec<String>,
+    /// What applying `redact` rules keep out of the audit log (`arguments.…`, `result.…`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
+    /// The quotas that count the call when it runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<String>,
 }
 
 impl Decision {
@@ -50,6 +65,8 @@ impl Decision {
             action: PolicyAction::Allow.as_str(),
             rule: None,
             dry_run: Vec::new(),
+            redact: Vec::new(),
+            quotas: Vec::new(),
         }
     }
 
@@ -93,11 +110,20 @@ struct RuleSetRule {
     uses_arguments: bool,
 }
 
+struct CompiledQuota {
+    quota: Quota,
+    program: cel::Program,
+}
+
 /// A set of rules compiled, ready to decide: what [`Policies`] swaps in whole.
 pub struct RuleSet {
     set: PolicySet,
     calls: Vec<RuleSetRule>,
     servers: Vec<RuleSetRule>,
+    /// Quotas on calls.
+    quotas: Vec<CompiledQuota>,
+    /// Quotas on sampling tokens.
+    token_quotas: Vec<CompiledQuota>,
     env: Arc<cel::Env>,
     /// Some call rule reads the arguments.
     reads_arguments: bool,
@@ -125,6 +151,8 @@ struct CallBase {
     /// pass over an error only where the other side decides, so a definite result
     /// without the arguments is the result with any.
     applies: Vec<Option<bool>>,
+    /// The names of the quotas that count such a call.
+    quotas: Vec<String>,
 }
 
 /// Everything a base was built from, compared in full on a cache hit.
@@ -190,12 +218,55 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
             })),
         }
     }
+    let mut quotas = Vec::new();
+    let mut token_quotas = Vec::new();
+    for (i, quota) in set.quotas.iter().enumerate() {
+        let tokens = quota.counts == QuotaMeasure::SamplingTokens;
+        match cel::Program::compile(&quota.when) {
+            Ok(program) if program.references().has_variable("arguments") => problems.push(
+                format!(
+                    "quotas[{i}].when ('{}'): a quota cannot read arguments (it counts calls by who, where and what, not by what they carry)",
+                    quota.name
+                ),
+            ),
+            Ok(program)
+                if tokens
+                    && ["server", "tool"]
+                        .iter()
+                        .any(|v| program.references().has_variable(v)) =>
+            {
+                problems.push(format!(
+                    "quotas[{i}].when ('{}'): a samplingTokens quota reads only user and path",
+                    quota.name
+                ))
+            }
+            Ok(program) => {
+                let compiled = CompiledQuota {
+                    quota: quota.clone(),
+                    program,
+                };
+                if tokens {
+                    token_quotas.push(compiled);
+                } else {
+                    quotas.push(compiled);
+                }
+            }
+            Err(errors) => problems.extend(errors.errors.iter().map(|e| {
+                format!(
+                    "quotas[{i}].when ('{}'): line {}, column {}: {}",
+                    quota.name, e.pos.0, e.pos.1, e.msg
+                )
+            })),
+        }
+    }
     if problems.is_empty() {
         Ok(RuleSet {
             reads_arguments: calls.iter().any(|r| r.uses_arguments),
             set,
             calls,
             servers,
+            quotas,
+            token_quotas,
             env: Arc::new(cel::Env::stdlib()),
             bases: moka::sync::Cache::builder()
                 .max_capacity(BASES_KEPT)
@@ -250,9 +321,9 @@ impl Policies {
         self.inner.current.read().expect("not poisoned").clone()
     }
 
-    /// Whether any rule applies to calls: none, and a call costs no lookup here.
+    /// Whether any rule or quota applies to calls: none, and a call costs no lookup here.
     pub fn governs_calls(&self) -> bool {
-        !self.compiled().calls.is_empty()
+        self.compiled().governs_calls()
     }
 
     pub fn current(&self) -> PolicySet {
@@ -272,11 +343,18 @@ impl Policies {
 
     /// Checks and saves a new set (422 naming each rule that does not compile, with the
     /// line and column), in force here at once and elsewhere within a second.
-    pub async fn save(&self, rules: Vec<PolicyRule>, by: Option<String>) -> Result<PolicySet> {
+    pub async fn save(
+        &self,
+        rules: Vec<PolicyRule>,
+        quotas: Vec<Quota>,
+        by: Option<String>,
+    ) -> Result<PolicySet> {
         PolicySet::check_rules(&rules)?;
+        PolicySet::check_quotas(&quotas)?;
         let draft = PolicySet {
             version: 0,
             rules,
+            quotas,
             updated_at: None,
             updated_by: by,
         };
@@ -343,14 +421,20 @@ impl Policies {
             .decide_call(facts, Some(&self.inner.metrics))
     }
 
-    /// The decision of `rules` (else those in force) on a sample call: the test form.
-    /// Nothing is counted.
-    pub fn test(&self, rules: Option<Vec<PolicyRule>>, call: &SampleCall) -> Result<Decision> {
-        let compiled = match rules {
-            Some(rules) => {
+    /// The decision of a draft's rules and quotas (else those in force) on a sample call:
+    /// the test form. Nothing is counted.
+    pub fn test(
+        &self,
+        draft: Option<(Vec<PolicyRule>, Vec<Quota>)>,
+        call: &SampleCall,
+    ) -> Result<Decision> {
+        let compiled = match draft {
+            Some((rules, quotas)) => {
                 PolicySet::check_rules(&rules)?;
+                PolicySet::check_quotas(&quotas)?;
                 let draft = PolicySet {
                     rules,
+                    quotas,
                     ..PolicySet::empty()
                 };
                 Arc::new(compile(draft).map_err(|p| Error::Validation(p.join("; ")))?)
@@ -362,7 +446,7 @@ impl Policies {
         merge(&mut user, &Value::Object(call.user.clone()));
         context.add_variable_from_value("user", to_cel(&user));
         let mut server = json!({"id": "", "name": "", "type": "", "host": "", "preset": "",
-            "catalog": "", "global": false});
+            "catalog": "", "global": false, "team": ""});
         merge(&mut server, &Value::Object(call.server.clone()));
         context.add_variable_from_value("server", to_cel(&server));
         let rules = match call.on {
@@ -383,7 +467,154 @@ impl Policies {
                 &compiled.calls
             }
         };
-        Ok(decide(rules, &context, None))
+        let mut decision = decide(rules, &context, None);
+        if call.on == RuleScope::Call {
+            decision.quotas = compiled
+                .quotas
+                .iter()
+                .filter(|q| matches!(q.program.execute(&context), Ok(cel::Value::Bool(true))))
+                .map(|q| q.quota.name.clone())
+                .collect();
+        }
+        Ok(decision)
+    }
+
+    /// Counts an allowed call against each of `quotas` (by name, as a decision lists
+    /// them): all or none, so a call one quota refuses costs nothing in the others.
+    pub async fn charge(&self, user: &UserId, quotas: &[String]) -> Result<()> {
+        if quotas.is_empty() {
+            return Ok(());
+        }
+        let compiled = self.compiled();
+        let now = chrono::Utc::now().timestamp();
+        let repo = self.inner.store.policies();
+        let mut taken: Vec<(&str, String, i64)> = Vec::new();
+        let mut refusal = None;
+        for name in quotas {
+            let Some(found) = compiled.quotas.iter().find(|q| &q.quota.name == name) else {
+                continue;
+            };
+            let quota = &found.quota;
+            let subject = quota_subject(quota, user);
+            let window_end = quota.window.end_after(now);
+            match repo
+                .take_quota(&quota.name, &subject, window_end, quota.limit)
+                .await
+            {
+                Ok(Some(_)) => taken.push((&quota.name, subject, window_end)),
+                Ok(None) => {
+                    self.inner
+                        .metrics
+                        .policy_decision(&quota.name, "quota_exceeded", "enforced");
+                    refusal = Some(Error::QuotaExceeded {
+                        quota: quota.name.clone(),
+                        limit: quota.limit,
+                        what: "calls",
+                        window: quota.window.as_str(),
+                        retry_after: Duration::from_secs((window_end - now).max(1) as u64),
+                    });
+                    break;
+                }
+                Err(error) => {
+                    refusal = Some(error.into());
+                    break;
+                }
+            }
+        }
+        let Some(refusal) = refusal else {
+            return Ok(());
+        };
+        for (name, subject, window_end) in taken {
+            if let Err(error) = repo.give_back_quota(name, &subject, window_end).await {
+                tracing::warn!(%error, quota = name, "could not give back a quota's unit");
+            }
+        }
+        Err(refusal)
+    }
+
+    /// The sampling-token quotas that apply to `user`, each with its subject and window:
+    /// refused (with the first that is used up) when one has no tokens left.
+    pub async fn sampling_allowance(&self, user: &UserId) -> Result<Vec<TokenCount>> {
+        let compiled = self.compiled();
+        if compiled.token_quotas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attributes = self.attributes(user).await?;
+        let mut context = cel::Context::with_env(compiled.env.clone());
+        context.add_variable_from_value("user", user_value(user, &attributes));
+        context.add_variable_from_value("path", "sampling");
+        let now = chrono::Utc::now().timestamp();
+        let repo = self.inner.store.policies();
+        let mut counts = Vec::new();
+        for found in &compiled.token_quotas {
+            if !matches!(found.program.execute(&context), Ok(cel::Value::Bool(true))) {
+                continue;
+            }
+            let quota = &found.quota;
+            let count = TokenCount {
+                quota: quota.name.clone(),
+                subject: quota_subject(quota, user),
+                window_end: quota.window.end_after(now),
+            };
+            let used = repo
+                .quota_used(&count.quota, &count.subject, count.window_end)
+                .await?;
+            if used >= quota.limit {
+                self.inner
+                    .metrics
+                    .policy_decision(&quota.name, "quota_exceeded", "enforced");
+                return Err(Error::QuotaExceeded {
+                    quota: quota.name.clone(),
+                    limit: quota.limit,
+                    what: "sampling tokens",
+                    window: quota.window.as_str(),
+                    retry_after: Duration::from_secs((count.window_end - now).max(1) as u64),
+                });
+            }
+            counts.push(count);
+        }
+        Ok(counts)
+    }
+
+    /// Adds the `tokens` a sampling request used to the quotas
+    /// [`Self::sampling_allowance`] found (a request that began under the limit finishes,
+    /// and may pass it by its own size).
+    pub async fn count_sampling(&self, counts: &[TokenCount], tokens: u64) {
+        for count in counts {
+            if let Err(error) = self
+                .inner
+                .store
+                .policies()
+                .add_quota(&count.quota, &count.subject, count.window_end, tokens)
+                .await
+            {
+                tracing::warn!(%error, quota = %count.quota, "could not count sampling tokens");
+            }
+        }
+    }
+
+    /// Each quota with what `user` has used of it in the window now (a shared quota: what
+    /// everyone it applies to has used).
+    pub async fn usage(&self, user: &UserId) -> Result<Vec<QuotaUse>> {
+        let compiled = self.compiled();
+        let now = chrono::Utc::now();
+        let mut uses = Vec::with_capacity(compiled.quotas.len());
+        for found in compiled.quotas.iter().chain(&compiled.token_quotas) {
+            let quota = &found.quota;
+            let window_end = quota.window.end_after(now.timestamp());
+            let used = self
+                .inner
+                .store
+                .policies()
+                .quota_used(&quota.name, &quota_subject(quota, user), window_end)
+                .await?;
+            uses.push(QuotaUse {
+                quota: quota.clone(),
+                used,
+                resets_at: chrono::DateTime::from_timestamp(window_end, 0).unwrap_or(now),
+            });
+        }
+        Ok(uses)
     }
 
     /// The decision on a server a user creates or changes.
@@ -413,9 +644,13 @@ impl RuleSet {
         })
     }
 
+    fn governs_calls(&self) -> bool {
+        !self.calls.is_empty() || !self.quotas.is_empty()
+    }
+
     /// The first applying rule's decision on a call; `metrics` counts it.
     pub fn decide_call(&self, facts: &CallFacts<'_>, metrics: Option<&Metrics>) -> Decision {
-        if self.calls.is_empty() {
+        if !self.governs_calls() {
             return Decision::allow();
         }
         let base = self.base(facts, metrics);
@@ -427,7 +662,7 @@ impl RuleSet {
             }
             _ => None,
         };
-        decide_by(
+        let mut decision = decide_by(
             &self.calls,
             |index, compiled| match (base.applies[index], &context) {
                 (Some(decided), _) => decided,
@@ -436,7 +671,9 @@ impl RuleSet {
                 (None, None) => false,
             },
             metrics,
-        )
+        );
+        decision.quotas.clone_from(&base.quotas);
+        decision
     }
 
     /// The call's base, from the cache or built (every rule that does not read the
@@ -466,6 +703,12 @@ impl RuleSet {
                 }
             })
             .collect();
+        let quotas = self
+            .quotas
+            .iter()
+            .filter(|q| matches!(q.program.execute(&context), Ok(cel::Value::Bool(true))))
+            .map(|q| q.quota.name.clone())
+            .collect();
         let base = Arc::new(CallBase {
             key: BaseKey {
                 user: facts.user.clone(),
@@ -477,6 +720,7 @@ impl RuleSet {
             },
             context,
             applies,
+            quotas,
         });
         self.bases.insert(hash, base.clone());
         base
@@ -495,7 +739,7 @@ pub struct SampleCall {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub user: JsonObject,
-    /// `{id, name, type, host, preset, catalog, global}`
+    /// `{id, name, type, host, preset, catalog, global, team}`
     #[serde(default)]
     #[schema(value_type = Object)]
     pub server: JsonObject,
@@ -611,8 +855,35 @@ impl Policies {
     }
 }
 
-/// Follows the stored set while the service lives.
+/// What a user has used of a quota in the window now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaUse {
+    pub quota: Quota,
+    pub used: u64,
+    /// When the window ends and the count starts again.
+    pub resets_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where a sampling request's tokens are counted.
+pub struct TokenCount {
+    quota: String,
+    subject: String,
+    window_end: i64,
+}
+
+/// Whose count a call of `user` goes to.
+fn quota_subject(quota: &Quota, user: &UserId) -> String {
+    match quota.per {
+        QuotaSubject::User => user.as_str().to_owned(),
+        // `*` is not allowed in user ids: no user's own count can be named so.
+        QuotaSubject::Shared => "*".to_owned(),
+    }
+}
+
+/// Follows the stored set while the service lives, and deletes old quota counts.
 async fn follow(weak: Weak<Inner>) {
+    let mut reloads: u64 = 0;
     loop {
         tokio::time::sleep(RELOAD_EVERY).await;
         let Some(inner) = weak.upgrade() else {
@@ -621,6 +892,13 @@ async fn follow(weak: Weak<Inner>) {
         let policies = Policies { inner };
         if let Err(error) = policies.refresh().await {
             tracing::debug!(%error, "could not read the policy rules' version");
+        }
+        reloads += 1;
+        if reloads.is_multiple_of(SWEEP_EVERY_RELOADS) {
+            let day_ago = chrono::Utc::now().timestamp() - 86_400;
+            if let Err(error) = policies.inner.store.policies().sweep_quotas(day_ago).await {
+                tracing::debug!(%error, "could not delete old quota counts");
+            }
         }
     }
 }
@@ -671,6 +949,7 @@ fn decide_by(
         }
     };
     let mut dry_run = Vec::new();
+    let mut redact = Vec::new();
     for (index, compiled) in rules.iter().enumerate() {
         if !applies(index, compiled) {
             continue;
@@ -685,14 +964,21 @@ fn decide_by(
             continue;
         }
         count(&rule.name, rule.action.as_str(), "enforced");
+        if rule.action == PolicyAction::Redact {
+            redact.extend(rule.fields.iter().cloned());
+            continue;
+        }
         return Decision {
             action: rule.action.as_str(),
             rule: Some(rule.name.clone()),
             dry_run,
+            redact,
+            quotas: Vec::new(),
         };
     }
     Decision {
         dry_run,
+        redact,
         ..Decision::allow()
     }
 }
@@ -730,6 +1016,7 @@ fn server_value(server: &McpServer) -> cel::Value {
         "preset": preset,
         "catalog": spec.catalog.as_ref().map(|c| c.entry.as_str()).unwrap_or(""),
         "global": server.user_id == UserId::global(),
+        "team": server.team.as_deref().unwrap_or(""),
     }))
 }
 

@@ -46,6 +46,8 @@ pub struct Sampling {
     max_prompt_bytes: usize,
     /// Decisions on requests another instance holds go there.
     forward: Forwarder,
+    /// The operator's `samplingTokens` quotas.
+    policies: Option<super::Policies>,
 }
 
 /// How a server's sampling requests are bounded.
@@ -75,6 +77,15 @@ impl Sampling {
             limits: limits.parked,
             max_tokens: limits.max_tokens,
             max_prompt_bytes: limits.max_prompt_bytes,
+            policies: None,
+        }
+    }
+
+    /// Counts the tokens of the requests it runs against the operator's quotas.
+    pub fn counted_by(self, policies: super::Policies) -> Self {
+        Self {
+            policies: Some(policies),
+            ..self
         }
     }
 
@@ -153,6 +164,14 @@ impl Sampling {
         request.max_tokens = Some(params["maxTokens"].as_u64().map_or(self.max_tokens, |n| {
             n.min(u64::from(self.max_tokens)) as u32
         }));
+        // The operator's token quotas first: a user out of tokens is not asked.
+        let counts = match &self.policies {
+            Some(policies) => policies
+                .sampling_allowance(user)
+                .await
+                .map_err(|e| refused(&format!("sampling request refused: {e}")))?,
+            None => Vec::new(),
+        };
         // A chat turn of its user's: counted before the model runs, and for `ask` once
         // the request is parked, before the user is asked (a refused one costs nothing).
         if policy.policy == SamplingPolicy::Ask {
@@ -170,6 +189,19 @@ impl Sampling {
             .complete(&request, &mut |_| {})
             .await
             .map_err(|e| ErrorData::internal_error(format!("sampling failed: {e}"), None))?;
+        if let (Some(policies), false) = (&self.policies, counts.is_empty()) {
+            // The provider's count, else about four bytes a token of prompt and answer.
+            let tokens = completion.tokens.unwrap_or_else(|| {
+                let answered = completion.text.len()
+                    + completion
+                        .calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>();
+                (prompt_bytes + answered).div_ceil(4) as u64
+            });
+            policies.count_sampling(&counts, tokens).await;
+        }
         tracing::info!(user = %user, %server, provider, model, "ran a sampling request");
         result(model, completion)
     }

@@ -124,8 +124,14 @@ impl ServerService {
         });
     }
 
+    /// The user's servers, then their groups' team servers (a team owner's: its own).
     pub async fn list(&self, user: &UserId) -> Result<Vec<McpServer>> {
-        Ok(self.store.servers().list(user).await?)
+        let repo = self.store.servers();
+        let mut servers = repo.list(user).await?;
+        if user.team_group().is_none() {
+            servers.extend(repo.team_servers_of(user).await?);
+        }
+        Ok(servers)
     }
 
     pub async fn get(&self, user: &UserId, id: &str) -> Result<McpServer> {
@@ -150,6 +156,7 @@ impl ServerService {
         let server = McpServer {
             id: Uuid::now_v7(),
             user_id: user.clone(),
+            team: user.team_group().map(str::to_owned),
             spec,
             created_at: now,
             updated_at: now,

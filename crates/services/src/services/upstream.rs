@@ -137,6 +137,7 @@ impl UpstreamService {
     /// The operator's rules on a call about to run, on every path: a call approved while
     /// parked is checked again (a rule may have come since). `require_approval` refuses a
     /// call that cannot wait for approval (REST, gRPC); the other doors parked it already.
+    /// An allowed call has its fields redacted in `audit` and is counted by its quotas.
     async fn check_policies(
         &self,
         user: &UserId,
@@ -144,19 +145,23 @@ impl UpstreamService {
         tool: &rmcp::model::Tool,
         arguments: &Value,
         origin: CallOrigin,
+        audit: &mut super::audit::CallAudit,
     ) -> Result<()> {
         if !self.policies.governs_calls() {
             return Ok(());
         }
         let decider = self.policies.decider(user, origin.via).await?;
         let decision = decider.decide(server, tool, Some(arguments));
+        if !decision.redact.is_empty() {
+            audit.redact(&decision.redact, arguments);
+        }
         let cannot_wait = matches!(origin.via, CallVia::Rest | CallVia::Grpc);
         if decision.is_denied() || (decision.requires_approval() && cannot_wait) {
             return Err(decider
                 .refusal(&decision)
                 .expect("a deciding rule is named"));
         }
-        Ok(())
+        self.policies.charge(user, &decision.quotas).await
     }
 
     /// The operator's rules (for the doors that decide whether a call waits for approval).
@@ -321,7 +326,7 @@ impl UpstreamService {
         };
         audit.on_server(&lease.runtime.server);
         let result = self
-            .call_on_lease(user, &lease, tool, arguments, caller)
+            .call_on_lease(user, &lease, tool, arguments, caller, &mut audit)
             .await;
         let outcome = match &result {
             Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
@@ -354,6 +359,7 @@ impl UpstreamService {
         tool: &str,
         arguments: Value,
         caller: Caller<'_>,
+        audit: &mut super::audit::CallAudit,
     ) -> Result<CallOutcome> {
         let Caller {
             origin,
@@ -385,8 +391,25 @@ impl UpstreamService {
         catalog
             .validate(tool, &arguments)
             .map_err(Error::InvalidArguments)?;
-        self.check_policies(user, &lease.runtime.server, listed, &arguments, origin)
-            .await?;
+        // A team server is its group's: a member who left it (attributes change on any
+        // instance within a second) no longer calls it, live connection or not.
+        if let Some(group) = &lease.runtime.server.team
+            && !self.policies.attributes(user).await?.groups.contains(group)
+        {
+            return Err(Error::NotFound(
+                Resource::McpServer,
+                lease.runtime.server.id.to_string(),
+            ));
+        }
+        self.check_policies(
+            user,
+            &lease.runtime.server,
+            listed,
+            &arguments,
+            origin,
+            audit,
+        )
+        .await?;
         let Value::Object(arguments) = arguments else {
             unreachable!("checked above")
         };

@@ -7,6 +7,9 @@ pub struct Model {
     pub version: i64,
     #[sea_orm(column_type = "JsonBinary")]
     pub rules: Json,
+    /// NULL (a set saved before quotas existed) is none.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub quotas: Option<Json>,
     pub created_by: Option<String>,
     pub created_at: DateTimeUtc,
 }

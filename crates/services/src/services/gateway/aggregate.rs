@@ -24,7 +24,7 @@ impl GatewayService {
             .await?;
         let mut servers = Vec::new();
         for id in ids {
-            if let Some(server) = self.store.servers().get(&principal.user, id).await?
+            if let Some(server) = self.store.servers().usable(&principal.user, id).await?
                 && server.spec.is_active
             {
                 servers.push((id, server.spec.name.as_str().to_owned()));

@@ -26,7 +26,7 @@ impl UpstreamService {
         let server = self
             .store
             .servers()
-            .get(user, id)
+            .usable(user, id)
             .await?
             .ok_or_else(|| Error::NotFound(Resource::McpServer, server_id.to_owned()))?;
         Ok(Arc::new(self.runtime(server).await?))
