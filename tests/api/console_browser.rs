@@ -207,6 +207,62 @@ async fn an_operator_runs_the_catalog_in_a_real_browser() {
     app.stop().await;
 }
 
+/// The Policies page at 1366 px and 390 px (`tests/console/policies.test.mjs`): a rule
+/// that does not compile refused with its position, a draft tested on a sample call and
+/// saved as a new version, and a user's quota use on their page.
+#[tokio::test]
+async fn an_operator_edits_tests_and_saves_policies_in_a_real_browser() {
+    let app = spawn_pool_app().await;
+    let user = "quota-user";
+    let attributes = app
+        .admin(
+            reqwest::Method::PUT,
+            &format!("/admin/users/{user}/attributes"),
+            Some(json!({"groups": ["support"], "plan": "free"})),
+        )
+        .await;
+    assert_eq!(
+        attributes.status,
+        reqwest::StatusCode::OK,
+        "{}",
+        attributes.text
+    );
+    let saved = app
+        .admin(
+            reqwest::Method::PUT,
+            "/admin/policies",
+            Some(json!({"rules": [], "quotas": [
+                {"name": "daily", "when": "user.plan == \"free\"", "limit": 100, "window": "day"}
+            ]})),
+        )
+        .await;
+    assert_eq!(saved.status, reqwest::StatusCode::OK, "{}", saved.text);
+    app.create_preset_ok(crate::upstreams::fixture_preset())
+        .await;
+    let server = app
+        .create_server_ok(user, json!({"name": "fx", "preset": "fixture"}))
+        .await;
+    for _ in 0..2 {
+        let called = app
+            .call(user, &server, "add", json!({"a": 1, "b": 2}))
+            .await;
+        assert_eq!(called.status, reqwest::StatusCode::OK, "{}", called.text);
+    }
+    let output = run_console_script(
+        &app,
+        "policies.test.mjs",
+        &[("QUOTA_USER", user.to_owned())],
+    )
+    .await;
+    let count = |label: &str| reported(&output, label);
+    assert_eq!(count("tests"), Some(2), "{output}");
+    assert_eq!(count("pass"), Some(2), "{output}");
+    // The phone's run saved last: the service enforces what the page saved.
+    let refused = app.call(user, &server, "echo", json!({"text": "x"})).await;
+    assert_eq!(refused.code(), "POLICY_DENIED", "{}", refused.text);
+    app.stop().await;
+}
+
 /// A count node's spec reporter closes with (`ℹ tests N`, `ℹ pass N`).
 fn reported(output: &str, label: &str) -> Option<u32> {
     output

@@ -572,13 +572,14 @@ function UserDetail({ user }) {
   const secrets = (map) => (map && Object.keys(map).length
     ? Object.entries(map).map(([k, v]) => html`<div><code>${k}</code> = <code>${v}</code></div>`) : '—');
   return html`
+    <${QuotaUse} user=${user} />
     <h2>Servers of ${user}</h2>
     <${ErrorBox} error=${servers.error} />
     ${servers.data ? html`<div class="table-wrap" tabIndex="0" role="region" aria-label="The user's servers (scrolls sideways)"><table aria-label="Servers">
       <thead><tr><th>Name</th><th>Type</th><th>Active</th><th>Where</th><th>Headers / env</th>
         <th>OAuth</th><th>Auto-approve</th></tr></thead>
       <tbody>${servers.data.servers.map((s) => html`<tr>
-        <td><span>${s.name}</span><div class="muted mono">${s.id}</div></td>
+        <td><span>${s.name}</span><div class="muted mono">${s.id}</div>${s.team ? html`<div class="muted">team server of ${s.team}</div>` : null}</td>
         <td>${s.type}</td><td>${s.isActive ? 'yes' : 'no'}</td>
         <td class="mono">${s.baseUrl || [s.command, ...(s.args || [])].filter(Boolean).join(' ') || s.embedded || s.preset || '—'}
           ${s.catalog ? html`<div class="muted" data-testid="catalog-entry">from the catalog: ${s.catalog}${s.catalogVersion ? ` (pinned ${s.catalogVersion})` : ''}</div>` : null}</td>
@@ -1438,11 +1439,100 @@ function Settings() {
     <p class="hint">OAuth authorizations are per user and server: see a user's servers on the Users page.</p>`;
 }
 
+// ---------------------------------------------------------------- policies
+
+const SAMPLE_CALL = {
+  user: { id: 'alice', groups: ['support'], plan: 'free' },
+  server: { name: 'shell', type: 'stdio', preset: 'shell' },
+  tool: { name: 'run', annotations: { destructiveHint: true } },
+  arguments: { command: 'ls' },
+  path: 'chat',
+};
+
+/** The rules and quotas as one JSON document the operator edits, checked by the service. */
+function Policies() {
+  const [current, reload] = useAsync(() => api('GET', '/admin/policies'), []);
+  const [draft, setDraft] = useState(null);
+  const [saveState, setSaveState] = useState({ error: null, saved: null });
+  const [sample, setSample] = useState(JSON.stringify(SAMPLE_CALL, null, 2));
+  const [testState, setTestState] = useState({ error: null, decision: null });
+  useEffect(() => {
+    if (current.data && draft === null) {
+      setDraft(JSON.stringify({ rules: current.data.rules, quotas: current.data.quotas }, null, 2));
+    }
+  }, [current.data]);
+  const parsed = (text, what) => {
+    try { return { value: JSON.parse(text) }; } catch (e) {
+      return { error: { code: 'NOT_JSON', message: `${what} is not JSON: ${e.message}` } };
+    }
+  };
+  const save = async (e) => {
+    e.preventDefault();
+    const body = parsed(draft, 'The rules');
+    if (body.error) { setSaveState({ error: body.error, saved: null }); return; }
+    try {
+      const saved = await api('PUT', '/admin/policies', { body: body.value });
+      setSaveState({ error: null, saved: saved.version });
+      reload();
+    } catch (error) { setSaveState({ error, saved: null }); }
+  };
+  const test = async (e) => {
+    e.preventDefault();
+    const rules = parsed(draft, 'The rules');
+    const call = parsed(sample, 'The sample call');
+    const failed = rules.error || call.error;
+    if (failed) { setTestState({ error: failed, decision: null }); return; }
+    try {
+      const decision = await api('POST', '/admin/policies/test', { body: { rules: rules.value.rules || [], quotas: rules.value.quotas || [], call: call.value } });
+      setTestState({ error: null, decision });
+    } catch (error) { setTestState({ error, decision: null }); }
+  };
+  return html`<h1>Policies</h1>
+    <${ErrorBox} error=${current.error} />
+    ${current.data ? html`<p data-testid="policy-version">Version ${current.data.version}${current.data.updatedAt ? `, saved ${when(current.data.updatedAt)} by key ${current.data.updatedBy || '—'}` : ' (none saved yet)'}.</p>` : null}
+    <form class="panel" onSubmit=${save} aria-label="Rules and quotas">
+      <label for="policy-draft">Rules and quotas (JSON: <code>{"rules": […], "quotas": […]}</code>; the first rule whose <code>when</code> is true decides)</label>
+      <textarea id="policy-draft" class="mono" rows="18" spellcheck="false" value=${draft || ''}
+        onInput=${(e) => { setDraft(e.target.value); setSaveState({ error: null, saved: null }); }}></textarea>
+      <div class="actions"><button type="submit" class="primary">Save as a new version</button></div>
+      <${ErrorBox} error=${saveState.error} />
+      ${saveState.saved != null ? html`<div class="alert ok" role="status">Saved: version ${saveState.saved}, in force on every instance within a second.</div>` : null}
+    </form>
+    <form class="panel" onSubmit=${test} aria-label="Test a call">
+      <label for="policy-sample">A sample call (<code>user</code>, <code>server</code>, <code>tool</code>, <code>arguments</code>, <code>path</code>), decided by the rules above as drafted</label>
+      <textarea id="policy-sample" class="mono" rows="10" spellcheck="false" value=${sample}
+        onInput=${(e) => setSample(e.target.value)}></textarea>
+      <div class="actions"><button type="submit">Test this call</button></div>
+      <${ErrorBox} error=${testState.error} />
+      ${testState.decision ? html`<div class="alert" role="status" data-testid="policy-decision">
+        <strong>${testState.decision.action}</strong>${testState.decision.rule ? html` by rule <code>${testState.decision.rule}</code>` : ' (no rule applied)'}
+        ${testState.decision.dryRun ? html`<div>Dry-run rules that would have decided: ${testState.decision.dryRun.join(', ')}</div>` : null}
+        ${testState.decision.redact ? html`<div>Kept out of the audit log: ${testState.decision.redact.join(', ')}</div>` : null}
+        ${testState.decision.quotas ? html`<div>Counted by quotas: ${testState.decision.quotas.join(', ')}</div>` : null}
+      </div>` : null}
+    </form>`;
+}
+
+function QuotaUse({ user }) {
+  const [state] = useAsync(() => api('GET', `/admin/users/${enc(user)}/quotas`), [user]);
+  const [attributes] = useAsync(() => api('GET', `/admin/users/${enc(user)}/attributes`), [user]);
+  return html`<h2>Groups, plan and quotas</h2>
+    <${ErrorBox} error=${attributes.error || state.error} />
+    ${attributes.data ? html`<p data-testid="user-attributes">Groups: ${attributes.data.groups.join(', ') || '—'}; plan: ${attributes.data.plan || '—'}</p>` : null}
+    ${state.data ? (state.data.quotas.length ? html`<div class="table-wrap"><table aria-label="Quota use">
+      <thead><tr><th>Quota</th><th>Used</th><th>Limit</th><th>Counted</th><th>Starts again</th></tr></thead>
+      <tbody>${state.data.quotas.map((q) => html`<tr>
+        <td>${q.quota.name}<div class="muted mono">${q.quota.when}</div></td>
+        <td data-testid=${`quota-used-${q.quota.name}`}>${q.used}</td><td>${q.quota.limit} a ${q.quota.window}</td>
+        <td>${q.quota.per === 'shared' ? 'shared by all it applies to' : 'per user'}</td>
+        <td>${when(q.resetsAt)}</td></tr>`)}</tbody></table></div>` : html`<p class="muted">No quotas are defined.</p>`) : null}`;
+}
+
 // ---------------------------------------------------------------- shell
 
 const PAGES = [
   ['overview', 'Overview'], ['approvals', 'Approvals'], ['users', 'Users'], ['servers', 'Servers'],
-  ['connections', 'Connections'], ['catalog', 'Catalog'], ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
+  ['connections', 'Connections'], ['catalog', 'Catalog'], ['policies', 'Policies'], ['audit', 'Audit log'], ['try', 'Try a server'], ['settings', 'Settings'],
 ];
 
 /** `#/page/arg?key=value…`: the page, its argument and its filters, so a view is a link. */
@@ -1491,6 +1581,7 @@ function Console({ onSignOut }) {
     servers: () => html`<${Servers} params=${route.params} />`,
     approvals: () => html`<${Approvals} params=${route.params} />`,
     catalog: () => html`<${Catalog} params=${route.params} />`,
+    policies: () => html`<${Policies} />`,
     audit: () => html`<${Audit} params=${route.params} />`,
     try: () => html`<${TryServer} user=${route.arg} />`,
     settings: () => html`<${Settings} />`,
