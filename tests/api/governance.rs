@@ -615,3 +615,37 @@ async fn through_the_gateway_require_approval_parks_an_auto_approved_call_and_re
         "{arguments}"
     );
 }
+
+#[tokio::test]
+async fn a_rule_on_an_argument_the_call_lacks_decides_as_written() {
+    // Calls without the argument are decided from the call's base, not evaluated one by
+    // one: `!has(...)` must still apply, and a present argument must still be read.
+    let app = spawn_pool_app().await;
+    let server = app.fixture_for_a1(&["add", "echo"]).await;
+    set_policies(
+        &app,
+        json!({"rules": [
+            {"name": "add-needs-c", "action": "deny", "when": "tool.name == \"add\" && !has(arguments.c)"},
+            {"name": "no-big-a", "action": "deny", "when": "has(arguments.a) && arguments.a > 100"}
+        ]}),
+    )
+    .await;
+    let refused = app.call("u", &server, "add", add(1, 2)).await;
+    assert_eq!(refused.code(), "POLICY_DENIED", "{}", refused.text);
+    assert!(refused.text.contains("add-needs-c"), "{}", refused.text);
+    let echoed = app.call("u", &server, "echo", json!({"text": "x"})).await;
+    assert_eq!(echoed.status, StatusCode::OK, "{}", echoed.text);
+    set_policies(
+        &app,
+        json!({"rules": [
+            {"name": "no-big-a", "action": "deny", "when": "has(arguments.a) && arguments.a > 100"}
+        ]}),
+    )
+    .await;
+    assert_eq!(
+        app.call("u", &server, "add", add(1, 2)).await.status,
+        StatusCode::OK
+    );
+    let big = app.call("u", &server, "add", add(101, 2)).await;
+    assert_eq!(big.code(), "POLICY_DENIED", "{}", big.text);
+}

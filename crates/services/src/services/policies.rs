@@ -14,7 +14,7 @@
 //! sharing it count against the same number exactly; a call that would pass a limit is
 //! refused (429 `QUOTA_EXCEEDED`) with the time left in the window.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -108,6 +108,10 @@ struct RuleSetRule {
     program: cel::Program,
     /// Reads `arguments`: evaluated for each call; the others once per call base.
     uses_arguments: bool,
+    /// The argument keys it reads, when it reads `arguments` only as `arguments.<key>`
+    /// (`has(arguments.<key>)` included): a call holding none of them is decided as a call
+    /// with no arguments, which its base evaluates once.
+    argument_keys: Option<Vec<String>>,
 }
 
 struct CompiledQuota {
@@ -151,6 +155,8 @@ struct CallBase {
     /// pass over an error only where the other side decides, so a definite result
     /// without the arguments is the result with any.
     applies: Vec<Option<bool>>,
+    /// By call rule with known argument keys: whether it applies to a call with none.
+    without_arguments: Vec<Option<bool>>,
     /// The names of the quotas that count such a call.
     quotas: Vec<String>,
 }
@@ -202,6 +208,7 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
             Ok(program) => {
                 let compiled = RuleSetRule {
                     uses_arguments: program.references().has_variable("arguments"),
+                    argument_keys: argument_keys(program.expression()),
                     rule: rule.clone(),
                     program,
                 };
@@ -654,21 +661,31 @@ impl RuleSet {
             return Decision::allow();
         }
         let base = self.base(facts, metrics);
-        let context = match facts.arguments {
-            Some(arguments) if self.reads_arguments => {
-                let mut scope = base.context.new_inner_scope();
-                scope.add_variable_from_value("arguments", to_cel(arguments));
-                Some(scope)
-            }
-            _ => None,
-        };
+        let arguments = facts.arguments.filter(|_| self.reads_arguments);
+        // Bound only when a rule must be evaluated: binding converts the arguments deeply.
+        let mut context: Option<cel::Context<'_, '_>> = None;
         let mut decision = decide_by(
             &self.calls,
-            |index, compiled| match (base.applies[index], &context) {
-                (Some(decided), _) => decided,
-                (None, Some(context)) => applies(compiled, context, metrics),
+            |index, compiled| {
+                if let Some(decided) = base.applies[index] {
+                    return decided;
+                }
                 // Listing a tool: a rule that reads the arguments cannot apply yet.
-                (None, None) => false,
+                let Some(arguments) = arguments else {
+                    return false;
+                };
+                if let (Some(keys), Some(without)) =
+                    (&compiled.argument_keys, base.without_arguments[index])
+                    && keys.iter().all(|key| arguments.get(key).is_none())
+                {
+                    return without;
+                }
+                let context = context.get_or_insert_with(|| {
+                    let mut scope = base.context.new_inner_scope();
+                    scope.add_variable_from_value("arguments", to_cel(arguments));
+                    scope
+                });
+                applies(compiled, context, metrics)
             },
             metrics,
         );
@@ -703,6 +720,20 @@ impl RuleSet {
                 }
             })
             .collect();
+        let without_arguments = {
+            let mut empty = context.new_inner_scope();
+            empty.add_variable_from_value("arguments", to_cel(&json!({})));
+            self.calls
+                .iter()
+                .map(|compiled| {
+                    compiled.argument_keys.as_ref()?;
+                    Some(matches!(
+                        compiled.program.execute(&empty),
+                        Ok(cel::Value::Bool(true))
+                    ))
+                })
+                .collect()
+        };
         let quotas = self
             .quotas
             .iter()
@@ -720,6 +751,7 @@ impl RuleSet {
             },
             context,
             applies,
+            without_arguments,
             quotas,
         });
         self.bases.insert(hash, base.clone());
@@ -983,6 +1015,57 @@ fn decide_by(
     }
 }
 
+/// The top-level keys `expr` reads of `arguments`, when it reads it only as
+/// `arguments.<key>`; `None` when it reads it whole (`size(arguments)`, `"k" in
+/// arguments`, `arguments["k"]`) or a comprehension names a variable `arguments`.
+fn argument_keys(expr: &cel::IdedExpr) -> Option<Vec<String>> {
+    use cel::common::ast::{EntryExpr, Expr};
+    fn walk(expr: &cel::IdedExpr, keys: &mut BTreeSet<String>) -> bool {
+        match &expr.expr {
+            Expr::Ident(name) => name != "arguments",
+            Expr::Select(select) => match &select.operand.expr {
+                Expr::Ident(name) if name == "arguments" => {
+                    keys.insert(select.field.clone());
+                    true
+                }
+                _ => walk(&select.operand, keys),
+            },
+            Expr::Call(call) => {
+                call.target.as_deref().is_none_or(|t| walk(t, keys))
+                    && call.args.iter().all(|a| walk(a, keys))
+            }
+            Expr::Comprehension(c) => {
+                let shadows = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v == "arguments");
+                !shadows
+                    && [
+                        &c.iter_range,
+                        &c.accu_init,
+                        &c.loop_cond,
+                        &c.loop_step,
+                        &c.result,
+                    ]
+                    .into_iter()
+                    .all(|e| walk(e, keys))
+            }
+            Expr::List(list) => list.elements.iter().all(|e| walk(e, keys)),
+            Expr::Map(map) => map.entries.iter().all(|e| entry(&e.expr, keys)),
+            Expr::Struct(st) => st.entries.iter().all(|e| entry(&e.expr, keys)),
+            Expr::Literal(_) | Expr::Unspecified => true,
+        }
+    }
+    fn entry(entry: &EntryExpr, keys: &mut BTreeSet<String>) -> bool {
+        match entry {
+            EntryExpr::StructField(field) => walk(&field.value, keys),
+            EntryExpr::MapEntry(pair) => walk(&pair.key, keys) && walk(&pair.value, keys),
+        }
+    }
+    let mut keys = BTreeSet::new();
+    walk(expr, &mut keys).then(|| keys.into_iter().collect())
+}
+
 fn to_cel(value: &Value) -> cel::Value {
     cel::to_value(value).unwrap_or(cel::Value::Null)
 }
@@ -1037,4 +1120,34 @@ fn tool_value(tool: &rmcp::model::Tool) -> cel::Value {
         "title": tool.title.as_deref().unwrap_or(""),
         "annotations": annotated,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(when: &str) -> Option<Vec<String>> {
+        argument_keys(cel::Program::compile(when).unwrap().expression())
+    }
+
+    #[test]
+    fn argument_keys_are_known_only_when_read_by_name() {
+        assert_eq!(
+            keys(r#"has(arguments.path) && arguments.path.startsWith("/etc")"#),
+            Some(vec!["path".to_owned()])
+        );
+        assert_eq!(
+            keys(r#"tool.name == "x" || arguments.a.b > 1 && !has(arguments.c)"#),
+            Some(vec!["a".to_owned(), "c".to_owned()])
+        );
+        assert_eq!(keys("user.plan == \"free\""), Some(Vec::new()));
+        for whole in [
+            "size(arguments) > 1",
+            r#""path" in arguments"#,
+            r#"arguments["path"] == 1"#,
+            "[1].exists(arguments, arguments > 0)",
+        ] {
+            assert_eq!(keys(whole), None, "{whole}");
+        }
+    }
 }
