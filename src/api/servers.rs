@@ -191,7 +191,7 @@ async fn read(
     Path(id): Path<String>,
 ) -> Result<JsonResponse<ServerView>, ApiError> {
     Ok(JsonResponse(
-        state.services.servers.get(&ctx.user, &id).await?.into(),
+        state.services.servers.view(&ctx.user, &id).await?.into(),
     ))
 }
 

@@ -407,6 +407,25 @@ async fn a_team_server_is_used_by_each_member_with_their_own_tokens_and_only_by_
         )
         .await;
     assert_eq!(bind.code(), "MCP_SERVER_NOT_FOUND", "{}", bind.text);
+    // A member reads it (secrets masked); a non-member does not find it.
+    let read = app
+        .user(
+            "bob",
+            Method::GET,
+            &format!("/api/mcp-servers/{server}"),
+            None,
+        )
+        .await;
+    assert_eq!(read.body["team"], "support", "{}", read.text);
+    let hidden = app
+        .user(
+            "carol",
+            Method::GET,
+            &format!("/api/mcp-servers/{server}"),
+            None,
+        )
+        .await;
+    assert_eq!(hidden.code(), "MCP_SERVER_NOT_FOUND", "{}", hidden.text);
     // A member binds it and a model's call runs on their own connection.
     app.bind_ok("bob", "a1", [&server]).await;
     // Nor may a member change it.

@@ -143,6 +143,16 @@ impl ServerService {
             .ok_or_else(|| Error::NotFound(Resource::McpServer, id.to_owned()))
     }
 
+    /// A server the user may use, to read: their own, or a team server of their groups.
+    pub async fn view(&self, user: &UserId, id: &str) -> Result<McpServer> {
+        let uuid = parse_server_id(id)?;
+        self.store
+            .servers()
+            .usable(user, uuid)
+            .await?
+            .ok_or_else(|| Error::NotFound(Resource::McpServer, id.to_owned()))
+    }
+
     pub async fn create(&self, user: &UserId, input: ServerInput) -> Result<McpServer> {
         let repo = self.store.servers();
         let limit = self.settings.limits.max_servers_per_user;
