@@ -339,6 +339,9 @@ async fn a_team_server_is_used_by_each_member_with_their_own_tokens_and_only_by_
     set_attributes(&app, "carol", &["sales"], "pro").await;
     let server = team_server(&app, &fixture).await;
 
+    // A team's owner is not a user in the operator's list.
+    let users = app.admin(Method::GET, "/admin/users", None).await;
+    assert!(!users.text.contains("*team:"), "{}", users.text);
     // Members see it among their servers; others do not.
     for (user, sees) in [("alice", true), ("bob", true), ("carol", false)] {
         let listed = app.user(user, Method::GET, "/api/mcp-servers", None).await;

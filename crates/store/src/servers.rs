@@ -124,7 +124,8 @@ impl ServerRepo {
     ) -> Result<(Vec<(String, u64)>, Counted), StoreError> {
         use sea_orm::QuerySelect;
         use sea_orm::sea_query::ExprTrait;
-        let mut condition = Condition::all();
+        // Team servers' owners (`*team:<group>`) are not users.
+        let mut condition = Condition::all().add(mcp_server::Column::UserId.not_like("*%"));
         if let Some(search) = search {
             condition = condition.add(contains(mcp_server::Column::UserId, search));
         }
