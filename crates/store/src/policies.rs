@@ -128,22 +128,17 @@ impl PolicyRepo {
             return Ok(None);
         }
         let db = self.db.writer()?;
-        let backend = db.get_database_backend();
-        let sql = placeholders(
-            backend,
-            "INSERT INTO quota_usage (quota, subject, window_end, used) VALUES (?, ?, ?, 1) \
-             ON CONFLICT (quota, subject, window_end) DO UPDATE SET used = quota_usage.used + 1 \
-             WHERE quota_usage.used < ? RETURNING used",
-        );
         let row = db
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                sql,
+            .query_one_raw(statement(
+                db,
+                "INSERT INTO quota_usage (quota, subject, window_end, used) VALUES (?, ?, ?, 1) \
+                 ON CONFLICT (quota, subject, window_end) DO UPDATE SET used = quota_usage.used + 1 \
+                 WHERE quota_usage.used < ? RETURNING used",
                 [
                     quota.into(),
                     subject.into(),
                     window_end.into(),
-                    (limit.min(i64::MAX as u64) as i64).into(),
+                    saturating_i64(limit).into(),
                 ],
             ))
             .await?;
@@ -162,21 +157,15 @@ impl PolicyRepo {
         amount: u64,
     ) -> Result<(), StoreError> {
         let db = self.db.writer()?;
-        let backend = db.get_database_backend();
-        let sql = placeholders(
-            backend,
+        db.execute_raw(statement(
+            db,
             "INSERT INTO quota_usage (quota, subject, window_end, used) VALUES (?, ?, ?, ?) \
              ON CONFLICT (quota, subject, window_end) DO UPDATE SET used = quota_usage.used + excluded.used",
-        );
-        let amount = amount.min(i64::MAX as u64) as i64;
-        db.execute_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
             [
                 quota.into(),
                 subject.into(),
                 window_end.into(),
-                amount.into(),
+                saturating_i64(amount).into(),
             ],
         ))
         .await?;
@@ -191,15 +180,10 @@ impl PolicyRepo {
         window_end: i64,
     ) -> Result<(), StoreError> {
         let db = self.db.writer()?;
-        let backend = db.get_database_backend();
-        let sql = placeholders(
-            backend,
+        db.execute_raw(statement(
+            db,
             "UPDATE quota_usage SET used = used - 1 \
              WHERE quota = ? AND subject = ? AND window_end = ? AND used > 0",
-        );
-        db.execute_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
             [quota.into(), subject.into(), window_end.into()],
         ))
         .await?;
@@ -215,15 +199,10 @@ impl PolicyRepo {
         window_end: i64,
     ) -> Result<u64, StoreError> {
         let db = self.db.reader()?;
-        let backend = db.get_database_backend();
-        let sql = placeholders(
-            backend,
-            "SELECT used FROM quota_usage WHERE quota = ? AND subject = ? AND window_end = ?",
-        );
         let row = db
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                sql,
+            .query_one_raw(statement(
+                db,
+                "SELECT used FROM quota_usage WHERE quota = ? AND subject = ? AND window_end = ?",
                 [quota.into(), subject.into(), window_end.into()],
             ))
             .await?;
@@ -236,17 +215,29 @@ impl PolicyRepo {
     /// Deletes the counts of windows that ended before `before` (seconds since the epoch).
     pub async fn sweep_quotas(&self, before: i64) -> Result<u64, StoreError> {
         let db = self.db.writer()?;
-        let backend = db.get_database_backend();
-        let sql = placeholders(backend, "DELETE FROM quota_usage WHERE window_end < ?");
         let done = db
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                sql,
+            .execute_raw(statement(
+                db,
+                "DELETE FROM quota_usage WHERE window_end < ?",
                 [before.into()],
             ))
             .await?;
         Ok(done.rows_affected())
     }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `sql` (with `?` placeholders) and its values for `db`'s backend.
+fn statement<const N: usize>(
+    db: &impl ConnectionTrait,
+    sql: &str,
+    values: [sea_orm::Value; N],
+) -> Statement {
+    let backend = db.get_database_backend();
+    Statement::from_sql_and_values(backend, placeholders(backend, sql), values)
 }
 
 /// `sql` with its `?` as PostgreSQL's `$1`, `$2`, … there.

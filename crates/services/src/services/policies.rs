@@ -198,6 +198,35 @@ impl BaseKey {
     }
 }
 
+/// A condition's parse errors, each as `rules[i].when ('name'): line L, column C: …`.
+fn where_wrong<'a>(
+    list: &'a str,
+    i: usize,
+    name: &'a str,
+    errors: &'a cel::ParseErrors,
+) -> impl Iterator<Item = String> + 'a {
+    errors.errors.iter().map(move |e| {
+        format!(
+            "{list}[{i}].when ('{name}'): line {}, column {}: {}",
+            e.pos.0, e.pos.1, e.msg
+        )
+    })
+}
+
+/// Whether `program` is true in `context` (an error or another value is not).
+fn holds(program: &cel::Program, context: &cel::Context<'_, '_>) -> bool {
+    matches!(program.execute(context), Ok(cel::Value::Bool(true)))
+}
+
+/// The names of the quotas that count a call in `context`.
+fn counting(quotas: &[CompiledQuota], context: &cel::Context<'_, '_>) -> Vec<String> {
+    quotas
+        .iter()
+        .filter(|q| holds(&q.program, context))
+        .map(|q| q.quota.name.clone())
+        .collect()
+}
+
 /// The problems of a set's conditions, as `rules[i].when: line L, column C: …` lines.
 fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
     let mut calls = Vec::new();
@@ -217,12 +246,7 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
                     RuleScope::Server => servers.push(compiled),
                 }
             }
-            Err(errors) => problems.extend(errors.errors.iter().map(|e| {
-                format!(
-                    "rules[{i}].when ('{}'): line {}, column {}: {}",
-                    rule.name, e.pos.0, e.pos.1, e.msg
-                )
-            })),
+            Err(errors) => problems.extend(where_wrong("rules", i, &rule.name, &errors)),
         }
     }
     let mut quotas = Vec::new();
@@ -258,12 +282,7 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
                     quotas.push(compiled);
                 }
             }
-            Err(errors) => problems.extend(errors.errors.iter().map(|e| {
-                format!(
-                    "quotas[{i}].when ('{}'): line {}, column {}: {}",
-                    quota.name, e.pos.0, e.pos.1, e.msg
-                )
-            })),
+            Err(errors) => problems.extend(where_wrong("quotas", i, &quota.name, &errors)),
         }
     }
     if problems.is_empty() {
@@ -476,12 +495,7 @@ impl Policies {
         };
         let mut decision = decide(rules, &context, None);
         if call.on == RuleScope::Call {
-            decision.quotas = compiled
-                .quotas
-                .iter()
-                .filter(|q| matches!(q.program.execute(&context), Ok(cel::Value::Bool(true))))
-                .map(|q| q.quota.name.clone())
-                .collect();
+            decision.quotas = counting(&compiled.quotas, &context);
         }
         Ok(decision)
     }
@@ -510,16 +524,7 @@ impl Policies {
             {
                 Ok(Some(_)) => taken.push((&quota.name, subject, window_end)),
                 Ok(None) => {
-                    self.inner
-                        .metrics
-                        .policy_decision(&quota.name, "quota_exceeded", "enforced");
-                    refusal = Some(Error::QuotaExceeded {
-                        quota: quota.name.clone(),
-                        limit: quota.limit,
-                        what: "calls",
-                        window: quota.window.as_str(),
-                        retry_after: Duration::from_secs((window_end - now).max(1) as u64),
-                    });
+                    refusal = Some(self.used_up(quota, "calls", window_end - now));
                     break;
                 }
                 Err(error) => {
@@ -554,7 +559,7 @@ impl Policies {
         let repo = self.inner.store.policies();
         let mut counts = Vec::new();
         for found in &compiled.token_quotas {
-            if !matches!(found.program.execute(&context), Ok(cel::Value::Bool(true))) {
+            if !holds(&found.program, &context) {
                 continue;
             }
             let quota = &found.quota;
@@ -567,20 +572,25 @@ impl Policies {
                 .quota_used(&count.quota, &count.subject, count.window_end)
                 .await?;
             if used >= quota.limit {
-                self.inner
-                    .metrics
-                    .policy_decision(&quota.name, "quota_exceeded", "enforced");
-                return Err(Error::QuotaExceeded {
-                    quota: quota.name.clone(),
-                    limit: quota.limit,
-                    what: "sampling tokens",
-                    window: quota.window.as_str(),
-                    retry_after: Duration::from_secs((count.window_end - now).max(1) as u64),
-                });
+                return Err(self.used_up(quota, "sampling tokens", count.window_end - now));
             }
             counts.push(count);
         }
         Ok(counts)
+    }
+
+    /// The refusal of `quota`, used up with `seconds_left` in its window, counted.
+    fn used_up(&self, quota: &Quota, what: &'static str, seconds_left: i64) -> Error {
+        self.inner
+            .metrics
+            .policy_decision(&quota.name, "quota_exceeded", "enforced");
+        Error::QuotaExceeded {
+            quota: quota.name.clone(),
+            limit: quota.limit,
+            what,
+            window: quota.window.as_str(),
+            retry_after: Duration::from_secs(seconds_left.max(1) as u64),
+        }
     }
 
     /// Adds the `tokens` a sampling request used to the quotas
@@ -727,19 +737,11 @@ impl RuleSet {
                 .iter()
                 .map(|compiled| {
                     compiled.argument_keys.as_ref()?;
-                    Some(matches!(
-                        compiled.program.execute(&empty),
-                        Ok(cel::Value::Bool(true))
-                    ))
+                    Some(holds(&compiled.program, &empty))
                 })
                 .collect()
         };
-        let quotas = self
-            .quotas
-            .iter()
-            .filter(|q| matches!(q.program.execute(&context), Ok(cel::Value::Bool(true))))
-            .map(|q| q.quota.name.clone())
-            .collect();
+        let quotas = counting(&self.quotas, &context);
         let base = Arc::new(CallBase {
             key: BaseKey {
                 user: facts.user.clone(),
