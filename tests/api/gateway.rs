@@ -131,25 +131,26 @@ async fn an_mcp_client_sees_namespaced_tools_of_both_upstreams_and_calls_them() 
     client.cancel().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_call_that_needs_approval_waits_for_the_user() {
-    let (app, token) = gateway_app().await;
+/// `user`'s event stream, as server-sent events.
+pub(crate) async fn user_events(
+    app: &TestApp,
+    user: &str,
+) -> impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin {
     let events = app
         .request(Method::GET, "/api/events")
         .bearer_auth(&app.service_key)
-        .header("X-User-Id", "u")
+        .header("X-User-Id", user)
         .send()
         .await
         .unwrap();
-    let mut events = sse_stream::SseStream::from_bytes_stream(events.bytes_stream());
-    let client = connect(&app, "a1", &token).await;
-    let peer = client.peer().clone();
-    let parked = tokio::spawn(async move {
-        peer.call_tool(call("fx__add", json!({"a": 1, "b": 2})))
-            .await
-    });
+    sse_stream::SseStream::from_bytes_stream(events.bytes_stream())
+}
 
-    let pending = loop {
+/// The next call parked for approval that `events` announce (its event's data).
+pub(crate) async fn next_pending(
+    events: &mut (impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin),
+) -> Value {
+    loop {
         let event = tokio::time::timeout(Duration::from_secs(20), events.next())
             .await
             .expect("an event")
@@ -158,9 +159,23 @@ async fn a_call_that_needs_approval_waits_for_the_user() {
         let Some(data) = event.data else { continue };
         let data: Value = serde_json::from_str(&data).unwrap();
         if data["toolCall"]["status"] == "pending" {
-            break data;
+            return data;
         }
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_needs_approval_waits_for_the_user() {
+    let (app, token) = gateway_app().await;
+    let mut events = user_events(&app, "u").await;
+    let client = connect(&app, "a1", &token).await;
+    let peer = client.peer().clone();
+    let parked = tokio::spawn(async move {
+        peer.call_tool(call("fx__add", json!({"a": 1, "b": 2})))
+            .await
+    });
+
+    let pending = next_pending(&mut events).await;
     assert!(!parked.is_finished(), "the call waits for the decision");
     let message = pending["messageId"].as_str().unwrap();
     app.confirm_ok(message, pending["toolCall"]["id"].as_str().unwrap(), true)

@@ -10,13 +10,13 @@ use uuid::Uuid;
 use crate::helpers::{TestApp, spawn_pool_app};
 use crate::upstreams::{HttpUpstream, eventually};
 
-async fn set_policies(app: &TestApp, body: Value) -> Value {
+pub(crate) async fn set_policies(app: &TestApp, body: Value) -> Value {
     let reply = app.admin(Method::PUT, "/admin/policies", Some(body)).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     reply.body
 }
 
-async fn set_attributes(app: &TestApp, user: &str, groups: &[&str], plan: &str) {
+pub(crate) async fn set_attributes(app: &TestApp, user: &str, groups: &[&str], plan: &str) {
     let reply = app
         .admin(
             Method::PUT,
@@ -112,20 +112,7 @@ async fn a_quota_counts_calls_on_every_instance_and_refuses_the_one_past_it() {
     drop(submitted);
 
     // gRPC: RESOURCE_EXHAUSTED.
-    let mut grpc = crate::grpc::client(&a).await;
-    let refused = grpc
-        .call_tool(crate::grpc::as_user(
-            &a,
-            "u",
-            mcp_pool::grpc::proto::CallToolRequest {
-                server_id: server.clone(),
-                tool_name: "add".into(),
-                arguments_json: r#"{"a": 1, "b": 2}"#.into(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap_err();
+    let refused = crate::policies::grpc_add_refused(&a, &server).await;
     assert_eq!(
         refused.code(),
         tonic::Code::ResourceExhausted,
@@ -566,7 +553,6 @@ async fn rules_and_quotas_hold_on_a_xiaozhi_bridge_by_its_path() {
 
 #[tokio::test]
 async fn through_the_gateway_require_approval_parks_an_auto_approved_call_and_redact_holds() {
-    use futures::StreamExt;
     let app = spawn_pool_app().await;
     app.fixture_for_a1(&["add", "echo"]).await;
     set_policies(
@@ -578,14 +564,7 @@ async fn through_the_gateway_require_approval_parks_an_auto_approved_call_and_re
     )
     .await;
     let token = app.gateway_token("u", "a1").await;
-    let events = app
-        .request(Method::GET, "/api/events")
-        .bearer_auth(&app.service_key)
-        .header("X-User-Id", "u")
-        .send()
-        .await
-        .unwrap();
-    let mut events = sse_stream::SseStream::from_bytes_stream(events.bytes_stream());
+    let mut events = crate::gateway::user_events(&app, "u").await;
     let client = crate::gateway::connect(&app, "a1", &token).await;
     let peer = client.peer().clone();
     let parked = tokio::spawn(async move {
@@ -593,18 +572,7 @@ async fn through_the_gateway_require_approval_parks_an_auto_approved_call_and_re
         params.arguments = add(1, 2).as_object().cloned();
         peer.call_tool(params).await
     });
-    let pending = loop {
-        let event = tokio::time::timeout(std::time::Duration::from_secs(20), events.next())
-            .await
-            .expect("an event")
-            .unwrap()
-            .unwrap();
-        let Some(data) = event.data else { continue };
-        let data: Value = serde_json::from_str(&data).unwrap();
-        if data["toolCall"]["status"] == "pending" {
-            break data;
-        }
-    };
+    let pending = crate::gateway::next_pending(&mut events).await;
     assert!(!parked.is_finished(), "auto-approved, but the rule asks");
     app.confirm_ok(
         pending["messageId"].as_str().unwrap(),

@@ -11,26 +11,28 @@ use uuid::Uuid;
 use crate::helpers::{TestApp, spawn_pool_app};
 
 async fn set_rules(app: &TestApp, rules: Value) -> Value {
-    let reply = app
-        .admin(
-            Method::PUT,
-            "/admin/policies",
-            Some(json!({ "rules": rules })),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    reply.body
+    crate::governance::set_policies(app, json!({ "rules": rules })).await
 }
 
 async fn set_plan(app: &TestApp, user: &str, plan: &str) {
-    let reply = app
-        .admin(
-            Method::PUT,
-            &format!("/admin/users/{user}/attributes"),
-            Some(json!({"plan": plan, "groups": ["customers"]})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    crate::governance::set_attributes(app, user, &["customers"], plan).await;
+}
+
+/// `u`'s gRPC call of `add` on `server`, refused: its status.
+pub(crate) async fn grpc_add_refused(app: &TestApp, server: &str) -> tonic::Status {
+    let mut grpc = crate::grpc::client(app).await;
+    grpc.call_tool(crate::grpc::as_user(
+        app,
+        "u",
+        mcp_pool::grpc::proto::CallToolRequest {
+            server_id: server.to_owned(),
+            tool_name: "add".into(),
+            arguments_json: r#"{"a": 1, "b": 2}"#.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap_err()
 }
 
 /// The assistant's tool names as the REST API offers them to a model.
@@ -149,20 +151,7 @@ async fn a_denying_rule_refuses_the_call_on_every_path_and_hides_the_tool() {
     client.cancel().await.ok();
 
     // gRPC.
-    let mut grpc = crate::grpc::client(&app).await;
-    let denied = grpc
-        .call_tool(crate::grpc::as_user(
-            &app,
-            "u",
-            mcp_pool::grpc::proto::CallToolRequest {
-                server_id: server.clone(),
-                tool_name: "add".into(),
-                arguments_json: r#"{"a": 1, "b": 2}"#.into(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap_err();
+    let denied = grpc_add_refused(&app, &server).await;
     assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
     assert_eq!(crate::grpc::error_code(&denied), "POLICY_DENIED");
 
