@@ -17,6 +17,9 @@ npm ci --prefix tests/conformance/everything-server-next --no-audit --no-fund
 npm ci --prefix tests/clients/js --no-audit --no-fund
 # The console's browser tests (tests/console): playwright-core driving Debian's chromium.
 npm ci --prefix tests/console --no-audit --no-fund
+# MCP Apps (tests/api/apps.rs): the official ext-apps SDK (an example server of ours and the
+# host's app bridge), its published example server, and esbuild to bundle the bridge.
+npm ci --prefix tests/apps --no-audit --no-fund
 # nginx: in front of instances (tests/api/nginx.rs) and as a TLS server offering HTTP/2
 # (tests/api/http2_upstreams.rs); Debian installs it into /usr/sbin.
 missing=()

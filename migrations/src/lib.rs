@@ -27,6 +27,8 @@ mod m20261205_000019_task_upstream;
 mod m20261206_000020_catalog;
 mod m20261207_000021_governance;
 mod m20261208_000022_quotas;
+mod m20261209_000023_app_calls;
+mod m20261210_000024_tool_curation;
 
 pub struct Migrator;
 
@@ -56,6 +58,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000020_catalog::Migration),
             Box::new(m20261207_000021_governance::Migration),
             Box::new(m20261208_000022_quotas::Migration),
+            Box::new(m20261209_000023_app_calls::Migration),
+            Box::new(m20261210_000024_tool_curation::Migration),
         ]
     }
 }

@@ -22,6 +22,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(read, replace))
         .routes(routes!(tools))
+        .routes(routes!(tool_overrides, set_tool_overrides))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -84,6 +85,20 @@ async fn tools(
         .iter()
         .map(|t| tool_in_format(&format, t))
         .collect();
+    // MCP Apps: the view of each tool that has one, by the name the model calls it, so a
+    // host knows what renders a call's result and whether the view may call the tool.
+    let apps: serde_json::Map<String, Value> = listing
+        .tools
+        .iter()
+        .filter_map(|t| {
+            let ui = t.ui();
+            let uri = ui.resource_uri?;
+            Some((
+                t.name.clone(),
+                json!({"serverId": t.server.server.id, "resourceUri": uri, "visibility": ui.visibility()}),
+            ))
+        })
+        .collect();
     let unavailable: Vec<Value> = listing
         .unavailable
         .into_iter()
@@ -97,6 +112,7 @@ async fn tools(
         "assistantId": assistant.as_str(),
         "format": format,
         "tools": tools,
+        "apps": apps,
         "unavailable": unavailable,
     })))
 }
@@ -158,4 +174,110 @@ async fn replace(
         .bind(&ctx.user, &assistant, body.server_ids)
         .await?;
     Ok(JsonResponse(Bindings::new(&assistant, ids)))
+}
+
+/// One tool's override for an assistant (curation); the tool by its server and its name
+/// there.
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ToolOverrideBody {
+    server_id: String,
+    tool: String,
+    /// The name models (and gateway clients) call it by: 1 to 64 of `[A-Za-z0-9_-]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    /// The description models read instead of the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    /// Not offered, nor callable through the assistant.
+    #[serde(default)]
+    hidden: bool,
+    /// Always in the model's list (search mode).
+    #[serde(default)]
+    pinned: bool,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ToolOverridesRequest {
+    overrides: Vec<ToolOverrideBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ToolOverridesView {
+    assistant_id: String,
+    overrides: Vec<ToolOverrideBody>,
+}
+
+impl ToolOverridesView {
+    fn new(assistant: &AssistantId, overrides: &crate::domain::ToolOverrides) -> Self {
+        Self {
+            assistant_id: assistant.as_str().to_owned(),
+            overrides: overrides
+                .entries()
+                .iter()
+                .map(|o| ToolOverrideBody {
+                    server_id: o.server_id.to_string(),
+                    tool: o.tool.clone(),
+                    name: o.name.clone(),
+                    description: o.description.clone(),
+                    hidden: o.hidden,
+                    pinned: o.pinned,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The assistant's tool curation: renamed, re-described, hidden and pinned tools.
+#[utoipa::path(get, path = "/api/assistants/{id}/tool-overrides", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), responses((status = OK, body = ToolOverridesView)))]
+async fn tool_overrides(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<ToolOverridesView>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let overrides = state
+        .services
+        .assistants
+        .tool_overrides(&ctx.user, &assistant)
+        .await?;
+    Ok(JsonResponse(ToolOverridesView::new(&assistant, &overrides)))
+}
+
+/// Replaces the assistant's tool curation (an empty list clears it).
+#[utoipa::path(put, path = "/api/assistants/{id}/tool-overrides", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), request_body = ToolOverridesRequest, responses((status = OK, body = ToolOverridesView)))]
+async fn set_tool_overrides(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(body): Json<ToolOverridesRequest>,
+) -> Result<JsonResponse<ToolOverridesView>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let mut entries = Vec::with_capacity(body.overrides.len());
+    for (i, o) in body.overrides.into_iter().enumerate() {
+        let server_id = Uuid::parse_str(&o.server_id).map_err(|_| {
+            Error::validation(format!(
+                "overrides[{i}].serverId: '{}' is not a server id",
+                o.server_id
+            ))
+        })?;
+        entries.push(crate::domain::ToolOverride {
+            server_id,
+            tool: o.tool,
+            name: o.name,
+            description: o.description,
+            hidden: o.hidden,
+            pinned: o.pinned,
+        });
+    }
+    let overrides = state
+        .services
+        .assistants
+        .set_tool_overrides(&ctx.user, &assistant, entries)
+        .await?;
+    Ok(JsonResponse(ToolOverridesView::new(&assistant, &overrides)))
 }

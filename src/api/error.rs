@@ -111,7 +111,7 @@ fn domain_status(err: &Error) -> StatusCode {
             StatusCode::FORBIDDEN
         }
         Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        Error::ToolDisabled(_) => StatusCode::FORBIDDEN,
+        Error::ToolDisabled(_) | Error::AppCallRefused(_) => StatusCode::FORBIDDEN,
         Error::InvalidArguments(_) | Error::InvalidServerJson(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }

@@ -398,6 +398,8 @@ struct AuditEntryView {
     key_id: Option<String>,
     /// `keyId` is an admin's key acting for the user.
     by_admin: bool,
+    /// A server's view (MCP Apps) made the call through its host.
+    from_app: bool,
     /// The instance that ran it.
     instance_id: Option<String>,
     created_at: DateTime<Utc>,
@@ -426,6 +428,7 @@ impl AuditEntryView {
             via: row.via,
             key_id: row.key_id,
             by_admin: row.by_admin,
+            from_app: row.from_app,
             instance_id: row.instance_id.map(|i| i.to_string()),
             created_at: row.created_at,
             arguments: row.arguments.filter(|_| details),
@@ -530,7 +533,7 @@ fn inert(text: String) -> String {
 }
 
 /// The columns of a CSV export, in order.
-const CSV_COLUMNS: [&str; 18] = [
+const CSV_COLUMNS: [&str; 19] = [
     "id",
     "createdAt",
     "userId",
@@ -546,6 +549,7 @@ const CSV_COLUMNS: [&str; 18] = [
     "via",
     "keyId",
     "byAdmin",
+    "fromApp",
     "instanceId",
     "arguments",
     "result",
@@ -607,6 +611,7 @@ impl Export {
                         optional(row.via),
                         optional(row.key_id),
                         row.by_admin.to_string(),
+                        row.from_app.to_string(),
                         optional(row.instance_id.map(|i| i.to_string())),
                         optional(row.arguments),
                         optional(row.result),

@@ -118,6 +118,15 @@ struct CallRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     arguments: Value,
+    /// MCP Apps: the call is a server's view's, relayed by its host; the view's `ui://`
+    /// resource. Only that server's tools visible to apps can be called so.
+    app: Option<AppCaller>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AppCaller {
+    resource_uri: String,
 }
 
 /// Calls one tool at once (no approval): the MCP result (`content`, `structuredContent`,
@@ -136,19 +145,21 @@ async fn call_tool(
     Path((id, tool)): Path<(String, String)>,
     Json(body): Json<CallRequest>,
 ) -> Result<Response, ApiError> {
+    let mut origin = ctx.origin(CallVia::Rest);
+    if let Some(app) = &body.app {
+        state
+            .services
+            .upstream
+            .check_view(&ctx.user, &id, &app.resource_uri)
+            .await?;
+        origin = origin.from_app();
+    }
     if prefers_async(&headers) {
         let tasks = &state.services.tasks;
         let task = state
             .services
             .upstream
-            .call_tool_as_task(
-                tasks,
-                &ctx.user,
-                &id,
-                &tool,
-                body.arguments,
-                ctx.origin(CallVia::Rest),
-            )
+            .call_tool_as_task(tasks, &ctx.user, &id, &tool, body.arguments, origin)
             .await?;
         let location = format!("/api/tasks/{}", task.id);
         return Ok((
@@ -172,14 +183,7 @@ async fn call_tool(
         let report = state
             .services
             .upstream
-            .call_tool(
-                &ctx.user,
-                &id,
-                &tool,
-                body.arguments,
-                None,
-                ctx.origin(CallVia::Rest),
-            )
+            .call_tool(&ctx.user, &id, &tool, body.arguments, None, origin)
             .await?;
         return Ok(JsonResponse(call_body(&report)).into_response());
     }
@@ -189,7 +193,7 @@ async fn call_tool(
     let call = AbortOnDropHandle::new(tokio::spawn(async move {
         let caller = Caller {
             live: Some(&progress_tx),
-            origin: ctx.origin(CallVia::Rest),
+            origin,
             ..Caller::default()
         };
         state
@@ -253,6 +257,10 @@ fn call_body(report: &ToolCallReport) -> Value {
             Value::Array(report.outcome.progress.iter().map(progress_json).collect()),
         );
         map.insert("latencyMs".into(), json!(millis(report.latency)));
+        // MCP Apps: the view that renders this result.
+        if let Some(view) = &report.view {
+            map.insert("ui".into(), json!({"resourceUri": view}));
+        }
     }
     body
 }

@@ -33,7 +33,8 @@ pub fn from_error(error: &Error) -> Status {
         Error::ForbiddenCommand(_)
         | Error::UrlNotAllowed(_)
         | Error::Forbidden(_)
-        | Error::ToolDisabled(_) => Code::PermissionDenied,
+        | Error::ToolDisabled(_)
+        | Error::AppCallRefused(_) => Code::PermissionDenied,
         Error::Unauthorized(_) => Code::Unauthenticated,
         Error::HeldElsewhere => Code::Unavailable,
         // The user must act (authorize); the `authorization-url` metadata says where.

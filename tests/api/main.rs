@@ -4,6 +4,7 @@
 // is for the service.
 #![allow(clippy::disallowed_methods)]
 
+mod apps;
 mod assistant_tools;
 mod assistants;
 mod audit;
@@ -15,6 +16,7 @@ mod cluster;
 mod conformance;
 mod console;
 mod console_browser;
+mod curation;
 mod elicitation;
 mod embedded;
 mod error_texts;

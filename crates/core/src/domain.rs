@@ -3,8 +3,10 @@
 //! Everything here is parsed at the edge and valid afterwards; nothing here knows HTTP,
 //! JSON field names or the database.
 
+pub mod app_ui;
 mod call_origin;
 mod catalog;
+mod curation;
 mod ids;
 mod policy;
 mod preset;
@@ -20,6 +22,7 @@ pub use catalog::{
     CatalogEntry, CatalogVersion, EntryKind, Field, PackageRuntime, Resolved, Runnable,
     SERVER_JSON_SCHEMA_VERSION, ServerJson, newer_version, whole_match,
 };
+pub use curation::{ToolOverride, ToolOverrides};
 pub use ids::{AssistantId, InstanceId, ServerName, UserId};
 pub use policy::{
     MAX_RULES, PolicyAction, PolicyRule, PolicySet, Quota, QuotaMeasure, QuotaSubject, QuotaWindow,

@@ -114,6 +114,10 @@ pub enum Error {
     /// The tool exists but the user disabled it on this server.
     #[error("tool '{0}' is disabled on this server")]
     ToolDisabled(String),
+    /// MCP Apps: a view's call of a tool its server keeps from views, of another server's
+    /// tool, or anyone else's call of a tool only a view may call; the words say which.
+    #[error("{0}")]
+    AppCallRefused(String),
     /// Arguments that do not match the tool's inputSchema; one line per problem.
     #[error("the arguments do not match the tool's input schema")]
     InvalidArguments(Vec<String>),
@@ -256,6 +260,7 @@ impl Error {
             Error::Unauthorized(_) => "UNAUTHORIZED",
             Error::Forbidden(_) => "FORBIDDEN",
             Error::ToolDisabled(_) => "TOOL_DISABLED",
+            Error::AppCallRefused(_) => "APP_CALL_REFUSED",
             Error::InvalidArguments(_) => "INVALID_ARGUMENTS",
             Error::ServerInactive => "SERVER_INACTIVE",
             Error::InvalidServerJson(_) => "SERVER_JSON_INVALID",

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use notices::{Listener, relay};
 
+use crate::domain::app_ui;
 use crate::error::{Error, Resource as Missing};
 use crate::services::{GatewayPrincipal, GatewayService};
 
@@ -91,6 +92,43 @@ fn speaks_older(headers: &http::HeaderMap) -> bool {
         .get("mcp-protocol-version")
         .and_then(|value| value.to_str().ok())
         .is_none_or(|version| version < ProtocolVersion::NO_INITIALIZE.as_str())
+}
+
+/// MCP Apps: whether the client renders views (`io.modelcontextprotocol/ui` among the
+/// extensions it declares, in this request or at `initialize`).
+fn declares_apps(context: &RequestContext<RoleServer>) -> bool {
+    let has = |capabilities: &ClientCapabilities| {
+        capabilities
+            .extensions
+            .as_ref()
+            .is_some_and(|e| e.contains_key(app_ui::UI_EXTENSION))
+    };
+    match context.meta.client_capabilities() {
+        Some(capabilities) => has(&capabilities),
+        None => context
+            .peer
+            .peer_info()
+            .is_some_and(|info| has(&info.capabilities)),
+    }
+}
+
+/// MCP Apps: the view whose call a host relays, as the host marks it in the request's
+/// `_meta`: `{"io.modelcontextprotocol/ui": {"resourceUri": "<the view's gateway URI>"}}`.
+fn app_view(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Option<String> {
+    let marked = |meta: &JsonObject| {
+        meta.get(app_ui::UI_EXTENSION)?
+            .get("resourceUri")?
+            .as_str()
+            .map(str::to_owned)
+    };
+    request
+        .meta
+        .as_ref()
+        .and_then(|meta| marked(meta))
+        .or_else(|| marked(&context.meta))
 }
 
 fn speaks_modern(context: &RequestContext<RoleServer>) -> bool {
@@ -193,6 +231,16 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
         .extensions
         .get_or_insert_with(Default::default)
         .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+    if features.apps {
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                app_ui::UI_EXTENSION.to_owned(),
+                serde_json::from_value(json!({"mimeTypes": [app_ui::APP_MIME_TYPE]}))
+                    .expect("an object"),
+            );
+    }
     if features.logging {
         capabilities.logging = Some(Default::default());
     }
@@ -332,6 +380,31 @@ impl ServerHandler for GatewayHandler {
         Ok(())
     }
 
+    /// `server/discover` (2026-07-28): the capabilities every session gets, with MCP Apps
+    /// when a bound server offers views.
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        if let Ok(principal) = self.principal(&context.extensions)
+            && Box::pin(self.service.features(&principal))
+                .await
+                .is_ok_and(|f| f.apps)
+        {
+            info.capabilities = capabilities(crate::mcp::ServerFeatures {
+                resources: true,
+                prompts: true,
+                apps: true,
+                ..Default::default()
+            });
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
     fn get_info(&self) -> ServerConfig {
         InitializeResult::new(capabilities(crate::mcp::ServerFeatures {
             resources: true,
@@ -402,7 +475,9 @@ impl ServerHandler for GatewayHandler {
         let tools = Box::pin(self.service.tools(&principal))
             .await
             .map_err(to_mcp_error)?;
-        Ok(ListToolsResult::with_all_items(tools.tools()))
+        Ok(ListToolsResult::with_all_items(
+            tools.tools(declares_apps(&context)),
+        ))
     }
 
     async fn call_tool(

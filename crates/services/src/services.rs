@@ -44,7 +44,7 @@ pub use servers::{OAuthInput, ServerInput, ServerService};
 pub use tasks::{FollowOn, NewTask, Started, TaskEnd, TaskHandle, TaskWork, Tasks};
 pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
 pub use upstream::{
-    AssistantTool, AssistantTools, Caller, ConnectReport, HealthReport, ServerCatalog,
+    AssistantTool, AssistantTools, Audience, Caller, ConnectReport, HealthReport, ServerCatalog,
     ToolCallReport, UnavailableServer, UpstreamService,
 };
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::entities::{assistant_server, assistant_setting};
 use super::{Db, StoreError};
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, ToolOverride, ToolOverrides, UserId};
 
 #[derive(Debug, Clone)]
 pub struct AssistantRepo {
@@ -45,6 +45,7 @@ impl AssistantRepo {
             user_id: Set(user.as_str().to_owned()),
             assistant_id: Set(assistant.as_str().to_owned()),
             gateway_prefix: Set(prefix.map(str::to_owned)),
+            tool_overrides: Set(None),
             updated_at: Set(crate::domain::now()),
         })
         .on_conflict(
@@ -54,6 +55,60 @@ impl AssistantRepo {
             ])
             .update_columns([
                 assistant_setting::Column::GatewayPrefix,
+                assistant_setting::Column::UpdatedAt,
+            ])
+            .to_owned(),
+        )
+        .exec_without_returning(self.db.writer()?)
+        .await?;
+        Ok(())
+    }
+
+    /// The assistant's tool overrides as stored (none: empty).
+    pub async fn tool_overrides(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<ToolOverrides, StoreError> {
+        let stored = assistant_setting::Entity::find_by_id((
+            user.as_str().to_owned(),
+            assistant.as_str().to_owned(),
+        ))
+        .one(self.db.reader()?)
+        .await?
+        .and_then(|row| row.tool_overrides);
+        let Some(stored) = stored else {
+            return Ok(ToolOverrides::default());
+        };
+        let entries: Vec<ToolOverride> = serde_json::from_value(stored)
+            .map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))?;
+        ToolOverrides::new(entries).map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))
+    }
+
+    /// Replaces the assistant's tool overrides (its other settings stay).
+    pub async fn set_tool_overrides(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        overrides: &ToolOverrides,
+    ) -> Result<(), StoreError> {
+        use sea_orm::sea_query::OnConflict;
+        let list = serde_json::to_value(overrides.entries())
+            .map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))?;
+        assistant_setting::Entity::insert(assistant_setting::ActiveModel {
+            user_id: Set(user.as_str().to_owned()),
+            assistant_id: Set(assistant.as_str().to_owned()),
+            gateway_prefix: Set(None),
+            tool_overrides: Set((!overrides.is_empty()).then_some(list)),
+            updated_at: Set(crate::domain::now()),
+        })
+        .on_conflict(
+            OnConflict::columns([
+                assistant_setting::Column::UserId,
+                assistant_setting::Column::AssistantId,
+            ])
+            .update_columns([
+                assistant_setting::Column::ToolOverrides,
                 assistant_setting::Column::UpdatedAt,
             ])
             .to_owned(),

@@ -71,6 +71,10 @@ pub struct AuditEntry {
     pub key_id: Option<String>,
     /// `key_id` is an admin's key acting for the user.
     pub by_admin: bool,
+    /// The call was made by a server's view (MCP Apps) through its host. Absent from
+    /// journal lines written before there were apps.
+    #[serde(default)]
+    pub from_app: bool,
     pub instance_id: Option<Uuid>,
     /// The call's arguments and result as the redaction rule leaves them.
     pub arguments: Option<String>,
@@ -96,6 +100,7 @@ impl AuditEntry {
             via: None,
             key_id: None,
             by_admin: false,
+            from_app: false,
             instance_id: None,
             arguments: None,
             result: None,
@@ -125,6 +130,7 @@ impl AuditEntry {
             opt(&self.via, Some(16)),
             opt(&self.key_id, Some(64)),
             self.by_admin.into(),
+            self.from_app.into(),
             self.instance_id.into(),
             opt(&self.arguments, None),
             opt(&self.result, None),
@@ -149,6 +155,7 @@ impl AuditEntry {
             via: row.via,
             key_id: row.key_id,
             by_admin: row.by_admin,
+            from_app: row.from_app,
             instance_id: row.instance_id,
             arguments: row.arguments,
             result: row.result,
@@ -156,12 +163,12 @@ impl AuditEntry {
     }
 }
 
-/// Rows per statement at most: 18,000 bound values, within SQLite's 32,766 and
+/// Rows per statement at most: 19,000 bound values, within SQLite's 32,766 and
 /// PostgreSQL's 65,535.
 const MAX_ROWS_PER_STATEMENT: usize = 1_000;
 
 /// The columns [`AuditEntry::bind`] fills, in its order.
-const COLUMNS: [&str; 18] = [
+const COLUMNS: [&str; 19] = [
     "id",
     "user_id",
     "mcp_server_id",
@@ -176,6 +183,7 @@ const COLUMNS: [&str; 18] = [
     "via",
     "key_id",
     "by_admin",
+    "from_app",
     "instance_id",
     "arguments",
     "result",

@@ -442,6 +442,7 @@ async fn insert_records(
                 via: Set(origin.map(|o| o.via.as_str().to_owned())),
                 key_id: Set(origin.and_then(|o| o.key_id)),
                 by_admin: Set(origin.is_some_and(|o| o.by_admin)),
+                from_app: Set(origin.is_some_and(|o| o.from_app)),
             }
         });
         tool_call::Entity::insert_many(rows)
@@ -581,6 +582,7 @@ fn to_domain(
             let origin = CallOrigin {
                 key_id: call.key_id,
                 by_admin: call.by_admin,
+                from_app: call.from_app,
                 ..CallOrigin::new(via)
             };
             Some((call.id.clone(), origin))

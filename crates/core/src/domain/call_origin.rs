@@ -54,6 +54,9 @@ pub struct CallOrigin {
     pub key_id: Option<Uuid>,
     /// `key_id` is an admin's key acting for the user (support trying a user's server).
     pub by_admin: bool,
+    /// A server's view (MCP Apps) made the call through its host: only a tool of the
+    /// view's own server that is visible to apps.
+    pub from_app: bool,
     /// The assistant message the call belongs to.
     pub message: Option<Uuid>,
 }
@@ -70,6 +73,13 @@ impl CallOrigin {
         Self {
             key_id: Some(key_id),
             by_admin,
+            ..self
+        }
+    }
+
+    pub fn from_app(self) -> Self {
+        Self {
+            from_app: true,
             ..self
         }
     }

@@ -14,6 +14,12 @@ use uuid::Uuid;
 pub const MAX_TOOL_NAME: usize = 63;
 const HASH_CHARS: usize = 8;
 
+/// A server's name as gateway names write it: anything but letters, digits, `_` and `-`
+/// made `_`.
+pub fn namespace(server: &str) -> String {
+    sanitize(server)
+}
+
 fn sanitize(part: &str) -> String {
     part.chars()
         .map(|c| {
@@ -88,6 +94,19 @@ pub fn gateway_names(
     separator: &str,
     items: &[(&str, &str)],
 ) -> Vec<Option<String>> {
+    names_by_mode(mode, items, |server, item| {
+        gateway_name(server, separator, item)
+    })
+}
+
+/// Names each (server, item) by `mode`: `prefixed` where the mode (or, for
+/// `on_collision`, another server's equal item) asks for it, else the item itself; of two
+/// equal names only the first is kept (`None` for the other).
+pub fn names_by_mode(
+    mode: PrefixMode,
+    items: &[(&str, &str)],
+    prefixed: impl Fn(&str, &str) -> String,
+) -> Vec<Option<String>> {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (_, item) in items {
         *counts.entry(item).or_default() += 1;
@@ -97,10 +116,8 @@ pub fn gateway_names(
         .iter()
         .map(|(server, item)| {
             let name = match mode {
-                PrefixMode::Always => gateway_name(server, separator, item),
-                PrefixMode::OnCollision if counts[item] > 1 => {
-                    gateway_name(server, separator, item)
-                }
+                PrefixMode::Always => prefixed(server, item),
+                PrefixMode::OnCollision if counts[item] > 1 => prefixed(server, item),
                 PrefixMode::OnCollision | PrefixMode::Never => (*item).to_owned(),
             };
             taken.insert(name.clone()).then_some(name)
@@ -137,11 +154,30 @@ impl ToolNameTable {
     /// Names are given in order; a later tool whose name is taken gets a hash suffix
     /// derived from its server id and tool name, so the result is stable.
     pub fn build(tools: impl IntoIterator<Item = ToolRef>) -> Self {
+        Self::build_aliased(tools.into_iter().map(|tool| (tool, None)))
+    }
+
+    /// [`Self::build`] where some tools have a name of the user's choosing (an
+    /// assistant's curation, names already unique among themselves): those keep it, and
+    /// a tool whose own name it would be is named as if taken.
+    pub fn build_aliased(tools: impl IntoIterator<Item = (ToolRef, Option<String>)>) -> Self {
+        let tools: Vec<(ToolRef, Option<String>)> = tools.into_iter().collect();
+        let aliases: std::collections::HashSet<&str> = tools
+            .iter()
+            .filter_map(|(_, alias)| alias.as_deref())
+            .collect();
         let mut table = Self::default();
-        for tool in tools {
+        for (tool, alias) in &tools {
+            if let Some(alias) = alias
+                && !table.by_name.contains_key(alias)
+            {
+                table.by_name.insert(alias.clone(), table.entries.len());
+                table.entries.push((alias.clone(), tool.clone()));
+                continue;
+            }
             let mut name = display_name(&tool.server_name, &tool.tool);
             let mut attempt = 0u32;
-            while table.by_name.contains_key(&name) {
+            while table.by_name.contains_key(&name) || aliases.contains(name.as_str()) {
                 attempt += 1;
                 let digest = hex::encode(Sha256::digest(
                     format!("{}\u{0}{}\u{0}{attempt}", tool.server_id, tool.tool).as_bytes(),
@@ -151,7 +187,7 @@ impl ToolNameTable {
                 name = format!("{}_{}", &base[..keep], &digest[..HASH_CHARS]);
             }
             table.by_name.insert(name.clone(), table.entries.len());
-            table.entries.push((name, tool));
+            table.entries.push((name, tool.clone()));
         }
         table
     }

@@ -94,6 +94,7 @@ impl GatewayHandler {
         }
         let (service, principal_owned) = (self.service.clone(), principal.clone());
         let (name, arguments) = (request.name.to_string(), request.arguments.clone());
+        let app = super::app_view(request, context);
         let relayed = relayed_round(
             request.input_responses.clone(),
             request.request_state.clone(),
@@ -126,6 +127,7 @@ impl GatewayHandler {
                             caller,
                             &cancel,
                             max_result_bytes,
+                            app.as_deref(),
                         )
                         .await;
                     call_outcome(result)
@@ -168,6 +170,7 @@ impl GatewayHandler {
             request.request_state.clone(),
             &context,
         );
+        let app = super::app_view(&request, &context);
         let mut call = Box::pin(self.service.call(
             &principal,
             &request.name,
@@ -185,6 +188,7 @@ impl GatewayHandler {
             },
             &cancel,
             self.max_result_bytes,
+            app.as_deref(),
         ));
         let relay = |update| relay_progress(&context.peer, token.clone(), update);
         let result = loop {

@@ -210,6 +210,7 @@ impl GatewayHandler {
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = self.principal(&context.extensions)?;
         let name = request.name.to_string();
+        let app = super::app_view(&request, &context);
         let server_name = Box::pin(self.service.server_of(&principal, &name))
             .await
             .map_err(super::to_mcp_error)?;
@@ -256,6 +257,7 @@ impl GatewayHandler {
                     caller,
                     &cancel,
                     max_result_bytes,
+                    app.as_deref(),
                 );
                 task_end(call_outcome(task.saying(call, progress).await))
             })

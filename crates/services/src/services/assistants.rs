@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::tool_name::PrefixMode;
-use crate::domain::{AssistantId, UserId};
+use crate::domain::{AssistantId, ToolOverride, ToolOverrides, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::Store;
 
@@ -25,6 +25,8 @@ pub struct BindingCache {
     cache: Cache<(UserId, AssistantId), Arc<Vec<Uuid>>>,
     /// Each assistant's stored gateway prefix mode (`None`: the service default).
     prefixes: Cache<(UserId, AssistantId), Option<PrefixMode>>,
+    /// Each assistant's tool overrides (curation).
+    overrides: Cache<(UserId, AssistantId), Arc<ToolOverrides>>,
     cluster: Cluster,
 }
 
@@ -62,7 +64,28 @@ impl BindingCache {
                 .max_capacity(100_000)
                 .time_to_live(BINDINGS_TTL)
                 .build(),
+            overrides: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(BINDINGS_TTL)
+                .build(),
         }
+    }
+
+    /// The assistant's tool overrides (none: empty).
+    pub async fn tool_overrides(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Arc<ToolOverrides>> {
+        cached(&self.overrides, user, assistant, || async {
+            Ok(Arc::new(
+                self.store
+                    .assistants()
+                    .tool_overrides(user, assistant)
+                    .await?,
+            ))
+        })
+        .await
     }
 
     /// The assistant's own gateway prefix mode, if it has one.
@@ -98,6 +121,7 @@ impl BindingCache {
         let key = (user.clone(), assistant.clone());
         self.cache.invalidate(&key).await;
         self.prefixes.invalidate(&key).await;
+        self.overrides.invalidate(&key).await;
         self.cluster.tell(Note::BindingsChanged);
     }
 
@@ -111,6 +135,7 @@ impl BindingCache {
     pub(crate) fn forget_here(&self) {
         self.cache.invalidate_all();
         self.prefixes.invalidate_all();
+        self.overrides.invalidate_all();
     }
 }
 
@@ -203,5 +228,51 @@ impl AssistantService {
             .await?;
         self.bindings.forget(user, assistant).await;
         Ok(mode)
+    }
+
+    /// The assistant's tool overrides, in the order they were given.
+    pub async fn tool_overrides(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Arc<ToolOverrides>> {
+        self.bindings.tool_overrides(user, assistant).await
+    }
+
+    /// Replaces the assistant's tool overrides; each names one of the caller's servers
+    /// (bound or not: the override waits for the binding). Live gateway sessions and the
+    /// next chat round see them at once on this instance, within seconds on the others.
+    pub async fn set_tool_overrides(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        entries: Vec<ToolOverride>,
+    ) -> Result<Arc<ToolOverrides>> {
+        let overrides = ToolOverrides::new(entries)?;
+        let ids: Vec<Uuid> = overrides
+            .entries()
+            .iter()
+            .map(|o| o.server_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let usable = self.store.servers().usable_ids(user, &ids).await?;
+        if let Some((i, entry)) = overrides
+            .entries()
+            .iter()
+            .enumerate()
+            .find(|(_, o)| !usable.contains(&o.server_id))
+        {
+            return Err(Error::validation(format!(
+                "overrides[{i}].serverId: {} is not one of your MCP servers",
+                entry.server_id
+            )));
+        }
+        self.store
+            .assistants()
+            .set_tool_overrides(user, assistant, &overrides)
+            .await?;
+        self.bindings.forget(user, assistant).await;
+        Ok(Arc::new(overrides))
     }
 }

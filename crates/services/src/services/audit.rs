@@ -465,6 +465,7 @@ fn stamp_origin(entry: &mut AuditEntry, origin: CallOrigin) {
     entry.via = Some(origin.via.as_str().to_owned());
     entry.key_id = origin.key_id.map(|key| key.to_string());
     entry.by_admin = origin.by_admin;
+    entry.from_app = origin.from_app;
 }
 
 impl CallAudit {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::authenticator::TokenAuthenticator;
 use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
-use super::{AssistantTools, Caller, UpstreamService};
+use super::{AssistantTools, Audience, Caller, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
 use crate::domain::{AssistantId, CallOrigin, CallVia, ToolCallStatus, UserId};
@@ -237,9 +237,13 @@ impl GatewayService {
             .decider(&principal.user, principal.origin().via)
             .await?;
         let governance = decider.fingerprint();
+        let overrides = self
+            .bindings
+            .tool_overrides(&principal.user, &principal.assistant)
+            .await?;
         let key = principal.clone();
         if let Some(view) = self.views.get(&key).await
-            && view.built_from(mode, &catalogs, &governance)
+            && view.built_from(mode, &catalogs, &governance, &overrides)
         {
             return Ok(view.tools.clone());
         }
@@ -252,7 +256,7 @@ impl GatewayService {
         let tools = Arc::new(self.name_tools(
             mode,
             separator,
-            AssistantTools::assemble(catalogs, &decider),
+            AssistantTools::assemble(catalogs, &decider, Audience::ModelAndApps, &overrides),
         ));
         // A view with a failing server is not kept: its error may pass at the next call.
         if all_listed {
@@ -263,6 +267,7 @@ impl GatewayService {
                         mode,
                         sources,
                         governance,
+                        overrides,
                         tools: tools.clone(),
                     }),
                 )
@@ -307,7 +312,9 @@ impl GatewayService {
 
     /// Calls a tool by its gateway name. Progress goes to `caller.live`, what the server
     /// asks meanwhile to `caller.downstream`; `cancel` abandons the call (the upstream is
-    /// told) or cancels it while it waits for approval.
+    /// told) or cancels it while it waits for approval. `app`: the call is a view's, relayed
+    /// by its host (MCP Apps), the view's gateway URI.
+    #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
         principal: &GatewayPrincipal,
@@ -316,12 +323,19 @@ impl GatewayService {
         caller: Caller<'_>,
         cancel: &CancellationToken,
         max_result_bytes: usize,
+        app: Option<&str>,
     ) -> Result<CallToolResponse> {
         let tools = self.tools(principal).await?;
-        let Some(&index) = tools.names.get(name) else {
-            return Err(Error::NotFound(Missing::Tool, name.to_owned()));
+        let (index, origin) = match app {
+            Some(view) => (tools.app_tool(view, name)?, principal.origin().from_app()),
+            None => match tools.names.get(name) {
+                Some(&index) => (index, principal.origin()),
+                None => return Err(Error::NotFound(Missing::Tool, name.to_owned())),
+            },
         };
         let tool = &tools.listing.tools[index];
+        // Before a parked call waits for an approval its door would refuse anyway.
+        super::upstream::check_audience(&tool.tool, origin)?;
         let spec = &tool.server.server.spec;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
@@ -340,10 +354,7 @@ impl GatewayService {
             && spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name)
         {
             let server_id = tool.server.server.id.to_string();
-            let caller = Caller {
-                origin: principal.origin(),
-                ..caller
-            };
+            let caller = Caller { origin, ..caller };
             // Boxed, so that this future (copied into the gateway handler's box) stays small.
             let call = Box::pin(self.upstream_for(principal).call_tool_reporting(
                 &principal.user,
@@ -379,14 +390,7 @@ impl GatewayService {
         }
         let scope = caller.scope.map(Arc::from);
         self.confirmations
-            .submit(
-                &principal.user,
-                message,
-                None,
-                scope,
-                records,
-                principal.origin(),
-            )
+            .submit(&principal.user, message, None, scope, records, origin)
             .await?;
         if let Some(live) = caller.live {
             let _ = live.send(Progress {

@@ -20,6 +20,7 @@ use crate::mcp::{CallOutcome, SessionRevision};
 use crate::pool::{ConnectionKey, Lease, Pool, ServerRuntime, ToolCatalog};
 use crate::store::Store;
 
+mod apps;
 mod as_task;
 mod assistant;
 mod connections;
@@ -27,12 +28,14 @@ mod explain;
 mod features;
 mod runtime;
 
-pub use assistant::{AssistantTool, AssistantTools, ServerCatalog, UnavailableServer};
+pub use assistant::{AssistantTool, AssistantTools, Audience, ServerCatalog, UnavailableServer};
 pub use connections::{ConnectReport, HealthReport};
 
 pub struct ToolCallReport {
     pub outcome: CallOutcome,
     pub latency: Duration,
+    /// MCP Apps: the `ui://` view the tool declares to render its results.
+    pub view: Option<String>,
 }
 
 /// Who makes a call, beyond its user.
@@ -329,7 +332,7 @@ impl UpstreamService {
             .call_on_lease(user, &lease, tool, arguments, caller, &mut audit)
             .await;
         let outcome = match &result {
-            Ok(outcome) if outcome.result.is_error == Some(true) => "tool_error",
+            Ok((outcome, _)) if outcome.result.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
             Err(error) => error.code(),
         };
@@ -340,9 +343,13 @@ impl UpstreamService {
             latency,
         );
         match result {
-            Ok(outcome) => {
+            Ok((outcome, view)) => {
                 audit.answered(&outcome.result);
-                Ok(ToolCallReport { outcome, latency })
+                Ok(ToolCallReport {
+                    outcome,
+                    latency,
+                    view,
+                })
             }
             Err(error) => {
                 let error = Box::pin(self.explained(user, server_id, error)).await;
@@ -360,7 +367,7 @@ impl UpstreamService {
         arguments: Value,
         caller: Caller<'_>,
         audit: &mut super::audit::CallAudit,
-    ) -> Result<CallOutcome> {
+    ) -> Result<(CallOutcome, Option<String>)> {
         let Caller {
             origin,
             live,
@@ -379,6 +386,7 @@ impl UpstreamService {
         let Some(listed) = catalog.get(tool) else {
             return Err(Error::NotFound(Resource::Tool, tool.to_owned()));
         };
+        let view = check_audience(listed, origin)?;
         let arguments = match arguments {
             Value::Null => Value::Object(JsonObject::new()),
             object @ Value::Object(_) => object,
@@ -450,6 +458,29 @@ impl UpstreamService {
         ))
         .await
         .inspect_err(|e| self.pool.report(lease, e))?;
-        Ok(outcome)
+        Ok((outcome, view))
     }
+}
+
+/// MCP Apps' `visibility` at the door every call passes: a server's view calls only the
+/// tools its server lets views call, and a tool only a view may call is nobody else's.
+/// Gives the tool's view, which renders its result.
+pub(crate) fn check_audience(
+    tool: &rmcp::model::Tool,
+    origin: crate::domain::CallOrigin,
+) -> Result<Option<String>> {
+    let ui = crate::domain::app_ui::ToolUi::of(tool.meta.as_deref());
+    if origin.from_app && !ui.for_app {
+        return Err(Error::AppCallRefused(format!(
+            "the tool '{}' is not one its server lets its views call (its visibility is model only)",
+            tool.name
+        )));
+    }
+    if !origin.from_app && !ui.for_model {
+        return Err(Error::AppCallRefused(format!(
+            "the tool '{}' is only for its server's view: the host relays the view's call as an app call",
+            tool.name
+        )));
+    }
+    Ok(ui.resource_uri.map(str::to_owned))
 }

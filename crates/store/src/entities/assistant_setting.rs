@@ -10,6 +10,9 @@ pub struct Model {
     pub assistant_id: String,
     /// `always`, `on_collision` or `never`; NULL follows `gateway.prefix`.
     pub gateway_prefix: Option<String>,
+    /// The user's tool overrides (`domain::ToolOverrides`, as a JSON list); NULL: none.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub tool_overrides: Option<Json>,
     pub updated_at: DateTimeUtc,
 }
 

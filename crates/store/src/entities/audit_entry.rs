@@ -22,6 +22,8 @@ pub struct Model {
     pub key_id: Option<String>,
     /// `key_id` is an admin's key acting for the user.
     pub by_admin: bool,
+    /// The call was made by a server's view (MCP Apps) through its host.
+    pub from_app: bool,
     pub instance_id: Option<Uuid>,
     /// As the redaction rule leaves them (see `services::audit`).
     pub arguments: Option<String>,

@@ -31,6 +31,8 @@ pub struct Model {
     pub via: Option<String>,
     pub key_id: Option<Uuid>,
     pub by_admin: bool,
+    /// Submitted by a server's view (MCP Apps) through its host.
+    pub from_app: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

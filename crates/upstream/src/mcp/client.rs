@@ -123,6 +123,8 @@ pub struct ServerFeatures {
     pub completions: bool,
     /// `resources/subscribe`.
     pub subscribe: bool,
+    /// MCP Apps (`io.modelcontextprotocol/ui` among its extensions).
+    pub apps: bool,
 }
 
 /// A connected, initialized MCP session. Cheap to share behind an `Arc`: requests take
@@ -240,6 +242,11 @@ impl McpClient {
                     .as_ref()
                     .and_then(|r| r.subscribe)
                     .unwrap_or(false),
+                apps: info
+                    .capabilities
+                    .extensions
+                    .as_ref()
+                    .is_some_and(|e| e.contains_key(crate::domain::app_ui::UI_EXTENSION)),
             })
             .unwrap_or_default()
     }

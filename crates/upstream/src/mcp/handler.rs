@@ -142,11 +142,16 @@ impl ClientHandler for PoolClientHandler {
     fn get_info(&self) -> ClientConfig {
         // Elicitation (form and URL) and sampling: passed to the caller who can answer
         // (see `downstream`), refused when there is none. Roots: the calling gateway
-        // client's, else the server's configured list (a change of it reconnects).
+        // client's, else the server's configured list (a change of it reconnects). MCP
+        // Apps: the pool carries servers' views to the hosts behind it (REST and the
+        // gateway), so servers that offer a view only to hosts that render them do.
         let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
             "elicitation": {"form": {}, "url": {}},
             "sampling": {},
             "roots": {},
+            "extensions": {
+                crate::domain::app_ui::UI_EXTENSION: {"mimeTypes": [crate::domain::app_ui::APP_MIME_TYPE]}
+            },
         }))
         .expect("valid client capabilities");
         // What `initialize` names: the newest revision that has it (rmcp's default is

@@ -910,7 +910,7 @@ function Audit({ params }) {
       <${ErrorBox} error=${detail.error} />
       ${detail.data ? html`<dl class="detail">
         <dt>When</dt><dd>${when(detail.data.createdAt)}</dd>
-        <dt>Who</dt><dd>${detail.data.userId} · ${who(detail.data)}${detail.data.via ? ` · via ${detail.data.via}` : ''}</dd>
+        <dt>Who</dt><dd>${detail.data.userId} · ${who(detail.data)}${detail.data.via ? ` · via ${detail.data.via}` : ''}${detail.data.fromApp ? ' · by the server\'s view (MCP App)' : ''}</dd>
         <dt>What</dt><dd>${detail.data.serverName} · ${detail.data.toolName || '—'}</dd>
         <dt>Outcome</dt><dd>${detail.data.outcome}${detail.data.errorCode ? html` · <code>${detail.data.errorCode}</code>` : ''}
           ${detail.data.latencyMs == null ? '' : ` · ${detail.data.latencyMs} ms`}</dd>

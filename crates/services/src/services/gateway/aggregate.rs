@@ -2,12 +2,14 @@
 //! merged (prompts named like tools), each request routed to the server that can answer.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rmcp::model::{GetPromptResponse, JsonObject, Prompt, Resource, ResourceTemplate};
 use uuid::Uuid;
 
-use super::{GatewayPrincipal, GatewayService};
-use crate::domain::tool_name::gateway_names;
+use super::{GatewayPrincipal, GatewayService, GatewayTools};
+use crate::domain::app_ui;
+use crate::domain::tool_name::{PrefixMode, gateway_names};
 use crate::error::{Error, Resource as Missing, Result};
 use crate::mcp::ServerFeatures;
 
@@ -48,7 +50,13 @@ impl GatewayService {
                 all.logging |= one.logging;
                 all.completions |= one.completions;
                 all.subscribe |= one.subscribe;
+                all.apps |= one.apps;
             }
+        }
+        // MCP Apps also when a server offers views without saying so (servers written
+        // with the ext-apps SDK declare nothing).
+        if !all.apps {
+            all.apps = self.tools(principal).await.is_ok_and(|t| t.has_views());
         }
         Ok(all)
     }
@@ -126,24 +134,79 @@ impl GatewayService {
         }
     }
 
-    /// Every bound server's resources; a failing server is left out.
+    /// Every bound server's resources, its views (`ui://`) under their gateway URIs; a
+    /// failing server is left out.
     pub async fn resources(
         &self,
         principal: &GatewayPrincipal,
     ) -> Result<(Vec<Resource>, Vec<ResourceTemplate>)> {
         let mut resources = Vec::new();
         let mut templates = Vec::new();
-        for (id, _) in self.servers(principal).await? {
+        let servers = self.servers(principal).await?;
+        let views = self.view_naming(principal, !servers.is_empty()).await?;
+        for (id, name) in &servers {
             if let Ok(catalog) = self
                 .upstream_for(principal)
                 .resources(&principal.user, &id.to_string())
                 .await
             {
-                resources.extend(catalog.resources.iter().cloned());
+                resources.extend(catalog.resources.iter().map(|resource| {
+                    let mut resource = resource.clone();
+                    if let Some(views) = &views
+                        && let Some(uri) = views.gateway_uri(*id, name, &resource.uri)
+                    {
+                        resource.uri = uri;
+                    }
+                    resource
+                }));
                 templates.extend(catalog.templates.iter().cloned());
             }
         }
         Ok((resources, templates))
+    }
+
+    /// How the gateway names the views of the assistant's servers (`None` without
+    /// servers).
+    async fn view_naming(
+        &self,
+        principal: &GatewayPrincipal,
+        any_server: bool,
+    ) -> Result<Option<ViewNaming>> {
+        if !any_server {
+            return Ok(None);
+        }
+        Ok(Some(ViewNaming {
+            tools: self.tools(principal).await?,
+            mode: self.prefix_mode(principal).await?,
+            separator: self.separator(principal).to_owned(),
+        }))
+    }
+
+    /// A view's gateway URI back to its server and the server's own URI: a view a tool
+    /// declares, or under `always` a server's prefix.
+    async fn view_source(
+        &self,
+        principal: &GatewayPrincipal,
+        servers: &[(Uuid, String)],
+        uri: &str,
+    ) -> Result<Option<(Uuid, String)>> {
+        if !app_ui::is_ui_uri(uri) || servers.is_empty() {
+            return Ok(None);
+        }
+        let Some(views) = self.view_naming(principal, true).await? else {
+            return Ok(None);
+        };
+        if let Some((server, own)) = views.tools.view(uri) {
+            return Ok(Some((server, own.to_owned())));
+        }
+        if views.mode != PrefixMode::Always {
+            return Ok(None);
+        }
+        Ok(servers.iter().find_map(|(id, name)| {
+            let prefix = app_ui::gateway_ui_uri(name, &views.separator, "ui://")?;
+            let rest = uri.strip_prefix(&prefix)?;
+            Some((*id, format!("ui://{rest}")))
+        }))
     }
 
     /// Reads a resource from the first bound server that lists it (or, for URIs only a
@@ -156,6 +219,32 @@ impl GatewayService {
         relayed: Option<crate::mcp::RelayedRound>,
     ) -> Result<rmcp::model::ReadResourceResponse> {
         let servers = self.servers(principal).await?;
+        // A view under its gateway URI: read from its server under the server's own URI,
+        // the contents named as the client asked.
+        if let Some((server, own)) = self.view_source(principal, &servers, uri).await? {
+            let upstream = self.upstream_for(principal);
+            let id = server.to_string();
+            let response = match relayed {
+                Some(round) => {
+                    upstream
+                        .read_resource_relayed(&principal.user, &id, &own, round)
+                        .await?
+                }
+                None => upstream
+                    .read_resource(&principal.user, &id, &own)
+                    .await?
+                    .into(),
+            };
+            return Ok(match response {
+                rmcp::model::ReadResourceResponse::Complete(mut result) => {
+                    for contents in &mut result.contents {
+                        rename_contents(contents, &own, uri);
+                    }
+                    result.into()
+                }
+                asked => asked,
+            });
+        }
         let read = |id: String| {
             let relayed = relayed.clone();
             async move {
@@ -266,5 +355,42 @@ impl GatewayService {
                 .await
                 .map(Into::into),
         }
+    }
+}
+
+/// The assistant's view naming, read once for a listing.
+struct ViewNaming {
+    tools: Arc<GatewayTools>,
+    mode: PrefixMode,
+    separator: String,
+}
+
+impl ViewNaming {
+    /// The gateway URI of server `id`'s resource `uri`, when it is a view: as its tools
+    /// name it, else under `always` its server's prefix; `None` to keep it as it is.
+    fn gateway_uri(&self, id: Uuid, server: &str, uri: &str) -> Option<String> {
+        if !app_ui::is_ui_uri(uri) {
+            return None;
+        }
+        if let Some(named) = self.tools.gateway_view(id, uri) {
+            return Some(named.to_owned());
+        }
+        (self.mode == PrefixMode::Always)
+            .then(|| app_ui::gateway_ui_uri(server, &self.separator, uri))
+            .flatten()
+    }
+}
+
+/// A view's contents under the URI the client asked for (the server wrote its own).
+fn rename_contents(contents: &mut rmcp::model::ResourceContents, own: &str, asked: &str) {
+    use rmcp::model::ResourceContents;
+    match contents {
+        ResourceContents::TextResourceContents { uri, .. }
+        | ResourceContents::BlobResourceContents { uri, .. }
+            if uri == own =>
+        {
+            *uri = asked.to_owned();
+        }
+        _ => {}
     }
 }

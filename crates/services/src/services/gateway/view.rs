@@ -8,8 +8,9 @@ use rmcp::model::Tool;
 use uuid::Uuid;
 
 use super::{GatewayPrincipal, GatewayService};
-use crate::domain::tool_name::{PrefixMode, gateway_names};
-use crate::error::Result;
+use crate::domain::app_ui;
+use crate::domain::tool_name::{PrefixMode, gateway_names, names_by_mode};
+use crate::error::{Error, Resource as Missing, Result};
 use crate::services::{AssistantTools, ServerCatalog};
 
 /// The assistant's tools under their gateway names.
@@ -24,19 +25,87 @@ pub struct GatewayTools {
     /// Tools not offered because another server's tool has the same name (`never`):
     /// (server name, tool name).
     pub hidden: Vec<(String, String)>,
+    /// MCP Apps: the views the tools declare, named like the tools (a `ui://` URI per
+    /// server and view, see `app_ui::gateway_ui_uri`): gateway URI → (server, its URI).
+    pub(super) views: ViewsByName,
+    /// (server, its URI) → gateway URI.
+    pub(super) view_names: NamesOfViews,
 }
 
+/// A view's gateway URI → its server and the server's own URI.
+type ViewsByName = HashMap<String, (Uuid, String)>;
+/// A server's view (server, its URI) → its gateway URI.
+type NamesOfViews = HashMap<(Uuid, String), String>;
+
 impl GatewayTools {
-    /// The tools as an MCP client sees them.
-    pub fn tools(&self) -> Vec<Tool> {
+    /// The tools as an MCP client sees them: each view under its gateway URI; tools only
+    /// a view may call only to a client that renders views (`for_apps`).
+    pub fn tools(&self, for_apps: bool) -> Vec<Tool> {
         self.ordered
             .iter()
-            .map(|name| {
-                let mut tool = self.listing.tools[self.names[name]].tool.clone();
+            .filter_map(|name| {
+                let listed = &self.listing.tools[self.names[name]];
+                let ui = listed.ui();
+                if !ui.for_model && !for_apps {
+                    return None;
+                }
+                let mut tool = listed.tool.clone();
                 tool.name = name.clone().into();
-                tool
+                if let Some(uri) = ui.resource_uri
+                    && let Some(gateway_uri) = self.gateway_view(listed.server.server.id, uri)
+                    && let Some(meta) = tool.meta.as_mut()
+                {
+                    app_ui::set_tool_resource_uri(meta, gateway_uri);
+                }
+                Some(tool)
             })
             .collect()
+    }
+
+    /// Whether a tool declares a view (the gateway then offers MCP Apps).
+    pub fn has_views(&self) -> bool {
+        !self.views.is_empty()
+    }
+
+    /// The server and its own URI of a view by its gateway URI.
+    pub fn view(&self, gateway_uri: &str) -> Option<(Uuid, &str)> {
+        self.views
+            .get(gateway_uri)
+            .map(|(server, uri)| (*server, uri.as_str()))
+    }
+
+    /// A server's view by its gateway URI.
+    pub fn gateway_view(&self, server: Uuid, uri: &str) -> Option<&str> {
+        self.view_names
+            .get(&(server, uri.to_owned()))
+            .map(String::as_str)
+    }
+
+    /// The tool a view's call names (relayed by its host, `view` the view's gateway URI):
+    /// one of the view's own server, by the server's own name (as the view knows it) or
+    /// by its gateway name. A tool of another server is refused.
+    pub fn app_tool(&self, view: &str, name: &str) -> Result<usize> {
+        let Some((server, _)) = self.view(view) else {
+            return Err(Error::AppCallRefused(format!(
+                "'{view}' is not a view of this assistant's servers"
+            )));
+        };
+        if let Some(own) = self
+            .listing
+            .tools
+            .iter()
+            .position(|t| t.server.server.id == server && t.tool.name == name)
+        {
+            return Ok(own);
+        }
+        match self.names.get(name) {
+            Some(&index) if self.listing.tools[index].server.server.id == server => Ok(index),
+            Some(&index) => Err(Error::AppCallRefused(format!(
+                "the view '{view}' belongs to another server than '{}': a view calls only its own server's tools",
+                self.listing.tools[index].server.server.spec.name.as_str()
+            ))),
+            None => Err(Error::NotFound(Missing::Tool, name.to_owned())),
+        }
     }
 }
 
@@ -49,6 +118,8 @@ pub(super) struct ToolView {
     pub(super) sources: Vec<(Uuid, Option<Sources>)>,
     /// The policy rules' version and the user's attributes it was filtered by.
     pub(super) governance: Governance,
+    /// The assistant's tool curation it applied.
+    pub(super) overrides: Arc<crate::domain::ToolOverrides>,
     pub(super) tools: Arc<GatewayTools>,
 }
 
@@ -65,9 +136,11 @@ impl ToolView {
         mode: PrefixMode,
         catalogs: &[ServerCatalog],
         governance: &Governance,
+        overrides: &Arc<crate::domain::ToolOverrides>,
     ) -> bool {
         self.mode == mode
             && self.governance == *governance
+            && (Arc::ptr_eq(&self.overrides, overrides) || *self.overrides == **overrides)
             && self.sources.len() == catalogs.len()
             && self.sources.iter().zip(catalogs).all(|((id, kept), now)| {
                 *id == now.server_id
@@ -107,6 +180,36 @@ impl GatewayService {
         separator: &str,
         listing: AssistantTools,
     ) -> GatewayTools {
+        // A name the user chose (curation) is the tool's as it is; the others are named by
+        // the prefix mode among themselves, and one that would take a chosen name is not
+        // offered.
+        let chosen: std::collections::HashSet<&str> = listing
+            .tools
+            .iter()
+            .filter_map(|t| t.alias.as_deref())
+            .collect();
+        let unchosen: Vec<usize> = (0..listing.tools.len())
+            .filter(|&i| listing.tools[i].alias.is_none())
+            .collect();
+        let items: Vec<(&str, &str)> = unchosen
+            .iter()
+            .map(|&i| {
+                let t = &listing.tools[i];
+                (t.server.server.spec.name.as_str(), t.tool.name.as_ref())
+            })
+            .collect();
+        let mut generated = gateway_names(mode, separator, &items).into_iter();
+        let named: Vec<Option<String>> = listing
+            .tools
+            .iter()
+            .map(|t| match &t.alias {
+                Some(alias) => Some(alias.clone()),
+                None => generated
+                    .next()
+                    .flatten()
+                    .filter(|name| !chosen.contains(name.as_str())),
+            })
+            .collect();
         let items: Vec<(&str, &str)> = listing
             .tools
             .iter()
@@ -115,10 +218,7 @@ impl GatewayService {
         let mut names = HashMap::new();
         let mut ordered = Vec::new();
         let mut hidden = Vec::new();
-        for (index, name) in gateway_names(mode, separator, &items)
-            .into_iter()
-            .enumerate()
-        {
+        for (index, name) in named.into_iter().enumerate() {
             match name {
                 Some(name) => {
                     names.insert(name.clone(), index);
@@ -136,12 +236,49 @@ impl GatewayService {
             }
         }
         drop(items);
+        let (views, view_names) = name_views(mode, separator, &listing);
         GatewayTools {
             listing,
             names,
             ordered,
             mode,
             hidden,
+            views,
+            view_names,
         }
     }
+}
+
+/// The views the tools declare, one per (server, URI), named by the prefix mode as tools
+/// are: `always` puts every view under its server, `on_collision` those two servers share,
+/// `never` none (of two equal URIs the first server's is offered).
+fn name_views(
+    mode: PrefixMode,
+    separator: &str,
+    listing: &AssistantTools,
+) -> (ViewsByName, NamesOfViews) {
+    let mut declared: Vec<(Uuid, &str, &str)> = Vec::new();
+    for tool in &listing.tools {
+        let server = &tool.server.server;
+        if let Some(uri) = tool.ui().resource_uri
+            && !declared
+                .iter()
+                .any(|(id, _, u)| *id == server.id && *u == uri)
+        {
+            declared.push((server.id, server.spec.name.as_str(), uri));
+        }
+    }
+    let items: Vec<(&str, &str)> = declared.iter().map(|(_, s, u)| (*s, *u)).collect();
+    let named = names_by_mode(mode, &items, |server, uri| {
+        app_ui::gateway_ui_uri(server, separator, uri).unwrap_or_else(|| uri.to_owned())
+    });
+    let mut views = HashMap::new();
+    let mut view_names = HashMap::new();
+    for ((server, _, uri), name) in declared.into_iter().zip(named) {
+        if let Some(name) = name {
+            views.insert(name.clone(), (server, uri.to_owned()));
+            view_names.insert((server, uri.to_owned()), name);
+        }
+    }
+    (views, view_names)
 }
