@@ -616,3 +616,66 @@ async fn an_app_renders_in_chromium_through_the_gateway_as_against_its_server_al
     from_app.sort();
     assert_eq!(from_app, vec![false, true], "{rows:?}");
 }
+
+#[tokio::test]
+async fn a_views_call_meets_the_operators_policies_on_both_doors() {
+    let (app, board, _basic) = apps_app().await;
+    crate::governance::set_attributes(&app, "u", &[], "free").await;
+    crate::governance::set_policies(
+        &app,
+        json!({"rules": [{
+            "name": "no-moves-on-free", "action": "deny",
+            "when": "tool.name == \"move-card\" && user.plan == \"free\" && has(arguments.to) && arguments.to == \"done\"",
+            "description": "the free plan cannot finish cards"
+        }]}),
+    )
+    .await;
+
+    // REST: the host's relay of the view's call is refused as any call would be.
+    let refused = app_call(
+        &app,
+        &board,
+        "move-card",
+        json!({"card": "c1", "to": "done"}),
+        BOARD_VIEW,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
+    assert_eq!(refused.code(), "POLICY_DENIED");
+    assert!(
+        refused.text.contains("no-moves-on-free"),
+        "{}",
+        refused.text
+    );
+
+    // (The rule reads the arguments, so the tool stays offered: a rule that denies a
+    // tool whatever its arguments hides it, and a view's call of it is an unknown tool.)
+    // The gateway: an error result the view (and its host) can read.
+    let token = app.gateway_token("u", "a1").await;
+    let host = gateway_client(&app, &token, true).await;
+    let denied = host
+        .call_tool(call(
+            "move-card",
+            json!({"card": "c1", "to": "done"}),
+            Some("ui://board__board/view.html"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    assert!(text(&denied).contains("POLICY_DENIED"), "{denied:?}");
+
+    // Nothing moved; the refusals are the app's in the audit.
+    let shown = app.call("u", &board, "show-board", json!({})).await;
+    assert_eq!(
+        shown.body["structuredContent"]["moves"], 0,
+        "{}",
+        shown.text
+    );
+    let rows = audit_rows(&app, "move-card").await;
+    assert!(
+        rows.iter().any(|r| r["errorCode"] == "POLICY_DENIED"
+            && r["fromApp"] == true
+            && r["via"] == "rest"),
+        "{rows:?}"
+    );
+}

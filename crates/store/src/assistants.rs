@@ -19,19 +19,32 @@ impl AssistantRepo {
         Self { db }
     }
 
-    /// The assistant's gateway prefix mode as stored (`None`: the service default).
-    pub async fn gateway_prefix(
+    /// The assistant's settings as stored: its gateway prefix mode (`None`: the service
+    /// default) and its tool overrides (none: empty), read from one row.
+    pub async fn settings(
         &self,
         user: &UserId,
         assistant: &AssistantId,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(assistant_setting::Entity::find_by_id((
+    ) -> Result<(Option<String>, ToolOverrides), StoreError> {
+        let Some(row) = assistant_setting::Entity::find_by_id((
             user.as_str().to_owned(),
             assistant.as_str().to_owned(),
         ))
         .one(self.db.reader()?)
         .await?
-        .and_then(|row| row.gateway_prefix))
+        else {
+            return Ok((None, ToolOverrides::default()));
+        };
+        let overrides = match row.tool_overrides {
+            None => ToolOverrides::default(),
+            Some(stored) => {
+                let corrupt = |e: String| StoreError::Corrupt(format!("tool overrides: {e}"));
+                let entries: Vec<ToolOverride> =
+                    serde_json::from_value(stored).map_err(|e| corrupt(e.to_string()))?;
+                ToolOverrides::new(entries).map_err(|e| corrupt(e.to_string()))?
+            }
+        };
+        Ok((row.gateway_prefix, overrides))
     }
 
     pub async fn set_gateway_prefix(
@@ -62,27 +75,6 @@ impl AssistantRepo {
         .exec_without_returning(self.db.writer()?)
         .await?;
         Ok(())
-    }
-
-    /// The assistant's tool overrides as stored (none: empty).
-    pub async fn tool_overrides(
-        &self,
-        user: &UserId,
-        assistant: &AssistantId,
-    ) -> Result<ToolOverrides, StoreError> {
-        let stored = assistant_setting::Entity::find_by_id((
-            user.as_str().to_owned(),
-            assistant.as_str().to_owned(),
-        ))
-        .one(self.db.reader()?)
-        .await?
-        .and_then(|row| row.tool_overrides);
-        let Some(stored) = stored else {
-            return Ok(ToolOverrides::default());
-        };
-        let entries: Vec<ToolOverride> = serde_json::from_value(stored)
-            .map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))?;
-        ToolOverrides::new(entries).map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))
     }
 
     /// Replaces the assistant's tool overrides (its other settings stay).

@@ -23,14 +23,21 @@ use crate::store::Store;
 pub struct BindingCache {
     store: Store,
     cache: Cache<(UserId, AssistantId), Arc<Vec<Uuid>>>,
-    /// Each assistant's stored gateway prefix mode (`None`: the service default).
-    prefixes: Cache<(UserId, AssistantId), Option<PrefixMode>>,
-    /// Each assistant's tool overrides (curation).
-    overrides: Cache<(UserId, AssistantId), Arc<ToolOverrides>>,
+    /// Each assistant's settings (one lookup per gateway call for all of them).
+    settings: Cache<(UserId, AssistantId), Arc<AssistantSettings>>,
     cluster: Cluster,
 }
 
 pub const BINDINGS_TTL: Duration = Duration::from_secs(5);
+
+/// An assistant's settings as its calls read them.
+#[derive(Debug, Default)]
+pub struct AssistantSettings {
+    /// Its own gateway prefix mode (`None`: `gateway.prefix`).
+    pub prefix: Option<PrefixMode>,
+    /// Its tool curation.
+    pub overrides: Arc<ToolOverrides>,
+}
 
 /// `cache`'s entry for the assistant, loaded on a miss (concurrent misses share one load).
 /// Every gateway call looks up twice: a hit is a plain `get`, and the loader is awaited
@@ -60,15 +67,27 @@ impl BindingCache {
                 .max_capacity(100_000)
                 .time_to_live(BINDINGS_TTL)
                 .build(),
-            prefixes: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(BINDINGS_TTL)
-                .build(),
-            overrides: Cache::builder()
+            settings: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(BINDINGS_TTL)
                 .build(),
         }
+    }
+
+    /// The assistant's settings: its own gateway prefix mode and its tool overrides.
+    pub async fn settings(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<Arc<AssistantSettings>> {
+        cached(&self.settings, user, assistant, || async {
+            let (prefix, overrides) = self.store.assistants().settings(user, assistant).await?;
+            Ok(Arc::new(AssistantSettings {
+                prefix: prefix.as_deref().and_then(PrefixMode::parse),
+                overrides: Arc::new(overrides),
+            }))
+        })
+        .await
     }
 
     /// The assistant's tool overrides (none: empty).
@@ -77,15 +96,7 @@ impl BindingCache {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<Arc<ToolOverrides>> {
-        cached(&self.overrides, user, assistant, || async {
-            Ok(Arc::new(
-                self.store
-                    .assistants()
-                    .tool_overrides(user, assistant)
-                    .await?,
-            ))
-        })
-        .await
+        Ok(self.settings(user, assistant).await?.overrides.clone())
     }
 
     /// The assistant's own gateway prefix mode, if it has one.
@@ -94,15 +105,7 @@ impl BindingCache {
         user: &UserId,
         assistant: &AssistantId,
     ) -> Result<Option<PrefixMode>> {
-        cached(&self.prefixes, user, assistant, || async {
-            let stored = self
-                .store
-                .assistants()
-                .gateway_prefix(user, assistant)
-                .await?;
-            Ok(stored.as_deref().and_then(PrefixMode::parse))
-        })
-        .await
+        Ok(self.settings(user, assistant).await?.prefix)
     }
 
     pub async fn get(&self, user: &UserId, assistant: &AssistantId) -> Result<Arc<Vec<Uuid>>> {
@@ -120,8 +123,7 @@ impl BindingCache {
     pub async fn forget(&self, user: &UserId, assistant: &AssistantId) {
         let key = (user.clone(), assistant.clone());
         self.cache.invalidate(&key).await;
-        self.prefixes.invalidate(&key).await;
-        self.overrides.invalidate(&key).await;
+        self.settings.invalidate(&key).await;
         self.cluster.tell(Note::BindingsChanged);
     }
 
@@ -134,8 +136,7 @@ impl BindingCache {
     /// Bindings changed on another instance.
     pub(crate) fn forget_here(&self) {
         self.cache.invalidate_all();
-        self.prefixes.invalidate_all();
-        self.overrides.invalidate_all();
+        self.settings.invalidate_all();
     }
 }
 

@@ -230,17 +230,19 @@ impl GatewayService {
             .upstream_for(principal)
             .assistant_catalogs(&principal.user, &principal.assistant)
             .await?;
-        let mode = self.prefix_mode(principal).await?;
+        // The prefix mode and the curation, in one lookup.
+        let settings = self
+            .bindings
+            .settings(&principal.user, &principal.assistant)
+            .await?;
+        let mode = self.mode_of(&settings);
         let decider = self
             .upstream
             .policies()
             .decider(&principal.user, principal.origin().via)
             .await?;
         let governance = decider.fingerprint();
-        let overrides = self
-            .bindings
-            .tool_overrides(&principal.user, &principal.assistant)
-            .await?;
+        let overrides = settings.overrides.clone();
         let key = principal.clone();
         if let Some(view) = self.views.get(&key).await
             && view.built_from(mode, &catalogs, &governance, &overrides)

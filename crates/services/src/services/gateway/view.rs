@@ -157,13 +157,21 @@ impl ToolView {
 impl GatewayService {
     /// The assistant's prefix mode: its own, else the service's.
     pub(super) async fn prefix_mode(&self, principal: &GatewayPrincipal) -> Result<PrefixMode> {
-        let own = self
+        let settings = self
             .bindings
-            .gateway_prefix(&principal.user, &principal.assistant)
+            .settings(&principal.user, &principal.assistant)
             .await?;
-        Ok(own.unwrap_or_else(|| {
-            PrefixMode::parse(&self.settings.gateway.prefix).unwrap_or_default()
-        }))
+        Ok(self.mode_of(&settings))
+    }
+
+    /// The prefix mode `settings` give: the assistant's own, else the service's.
+    pub(super) fn mode_of(
+        &self,
+        settings: &super::super::assistants::AssistantSettings,
+    ) -> PrefixMode {
+        settings
+            .prefix
+            .unwrap_or_else(|| PrefixMode::parse(&self.settings.gateway.prefix).unwrap_or_default())
     }
 
     /// The separator of the door `principal` came in by.
