@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::authenticator::TokenAuthenticator;
+use super::policies::CallDecider;
 use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
 use super::{AssistantTools, Audience, Caller, UpstreamService};
 use crate::config::Settings;
@@ -226,6 +227,15 @@ impl GatewayService {
     /// The assistant's tools under their gateway names: the view built last time when
     /// nothing it was built from changed (a lookup per bound server), else a new one.
     pub async fn tools(&self, principal: &GatewayPrincipal) -> Result<Arc<GatewayTools>> {
+        Ok(self.tools_and_rules(principal).await?.0)
+    }
+
+    /// [`Self::tools`] with the rules' decider it was filtered by, which a call then asks
+    /// (one lookup of the user's attributes for both).
+    async fn tools_and_rules(
+        &self,
+        principal: &GatewayPrincipal,
+    ) -> Result<(Arc<GatewayTools>, CallDecider)> {
         let catalogs = self
             .upstream_for(principal)
             .assistant_catalogs(&principal.user, &principal.assistant)
@@ -247,7 +257,7 @@ impl GatewayService {
         if let Some(view) = self.views.get(&key).await
             && view.built_from(mode, &catalogs, &governance, &overrides)
         {
-            return Ok(view.tools.clone());
+            return Ok((view.tools.clone(), decider));
         }
         let sources = catalogs
             .iter()
@@ -275,7 +285,7 @@ impl GatewayService {
                 )
                 .await;
         }
-        Ok(tools)
+        Ok((tools, decider))
     }
 
     /// The upstream service for the principal's client's revision (see
@@ -327,7 +337,7 @@ impl GatewayService {
         max_result_bytes: usize,
         app: Option<&str>,
     ) -> Result<CallToolResponse> {
-        let tools = self.tools(principal).await?;
+        let (tools, decider) = self.tools_and_rules(principal).await?;
         let (index, origin) = match app {
             Some(view) => (tools.app_tool(view, name)?, principal.origin().from_app()),
             None => match tools.names.get(name) {
@@ -341,11 +351,6 @@ impl GatewayService {
         let spec = &tool.server.server.spec;
         let arguments = Value::Object(arguments.unwrap_or_default());
         let limited = |result: CallToolResult| limit_result_in_place(result, max_result_bytes);
-        let decider = self
-            .upstream
-            .policies()
-            .decider(&principal.user, principal.origin().via)
-            .await?;
         let decision = decider.decide(&tool.server.server, &tool.tool, Some(&arguments));
         if decision.is_denied()
             && let Some(refusal) = decider.refusal(&decision)
