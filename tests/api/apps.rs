@@ -19,7 +19,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Value, json};
 
 use crate::gateway::{next_pending, user_events};
-use crate::helpers::{TestApp, spawn_pool_app};
+use crate::helpers::{Reply, TestApp, spawn_pool_app};
 
 const BOARD_VIEW: &str = "ui://board/view.html";
 const BASIC_VIEW: &str = "ui://get-time/mcp-app.html";
@@ -74,13 +74,7 @@ async fn apps_app() -> (TestApp, String, String) {
     (app, board, basic)
 }
 
-async fn app_call(
-    app: &TestApp,
-    server: &str,
-    tool: &str,
-    arguments: Value,
-    view: &str,
-) -> crate::helpers::Reply {
+async fn app_call(app: &TestApp, server: &str, tool: &str, arguments: Value, view: &str) -> Reply {
     app.user(
         "u",
         Method::POST,
@@ -97,6 +91,18 @@ fn text(result: &CallToolResult) -> String {
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))
         .collect::<Vec<_>>()
         .join("")
+}
+
+/// A 403 with `code` whose message says `words`, in words (no type path).
+fn assert_refused(reply: &Reply, code: &str, words: &str) {
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::FORBIDDEN, code),
+        "{}",
+        reply.text
+    );
+    assert!(reply.text.contains(words), "{}", reply.text);
+    assert!(!reply.text.contains("::"), "{}", reply.text);
 }
 
 /// User `u`'s audit rows of `tool`, newest first.
@@ -249,13 +255,7 @@ async fn rest_hosts_get_views_as_declared_and_models_never_see_app_only_tools() 
             json!({"card": "c1", "to": "done"}),
         )
         .await;
-    assert_eq!(direct.status, StatusCode::FORBIDDEN, "{}", direct.text);
-    assert_eq!(direct.code(), "APP_CALL_REFUSED");
-    assert!(
-        direct.text.contains("only for its server's view"),
-        "{}",
-        direct.text
-    );
+    assert_refused(&direct, "APP_CALL_REFUSED", "only for its server's view");
     let moved = app_call(
         &app,
         &board,
@@ -273,13 +273,7 @@ async fn rest_hosts_get_views_as_declared_and_models_never_see_app_only_tools() 
 
     // A view calls no model-only tool, and no view of another server calls this one's.
     let model_only = app_call(&app, &board, "count-cards", json!({}), BOARD_VIEW).await;
-    assert_eq!(
-        model_only.status,
-        StatusCode::FORBIDDEN,
-        "{}",
-        model_only.text
-    );
-    assert_eq!(model_only.code(), "APP_CALL_REFUSED");
+    assert_refused(&model_only, "APP_CALL_REFUSED", "model only");
     let foreign = app_call(
         &app,
         &board,
@@ -288,14 +282,11 @@ async fn rest_hosts_get_views_as_declared_and_models_never_see_app_only_tools() 
         BASIC_VIEW,
     )
     .await;
-    assert_eq!(foreign.status, StatusCode::FORBIDDEN, "{}", foreign.text);
-    assert_eq!(foreign.code(), "APP_CALL_REFUSED");
-    assert!(
-        foreign.text.contains("not a view of the server 'board'"),
-        "{}",
-        foreign.text
+    assert_refused(
+        &foreign,
+        "APP_CALL_REFUSED",
+        "not a view of the server 'board'",
     );
-    assert!(!foreign.text.contains("::"), "{}", foreign.text);
     let basic_view_of_basic = app_call(&app, &basic, "get-time", json!({}), BASIC_VIEW).await;
     assert_eq!(
         basic_view_of_basic.status,
@@ -640,13 +631,7 @@ async fn a_views_call_meets_the_operators_policies_on_both_doors() {
         BOARD_VIEW,
     )
     .await;
-    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
-    assert_eq!(refused.code(), "POLICY_DENIED");
-    assert!(
-        refused.text.contains("no-moves-on-free"),
-        "{}",
-        refused.text
-    );
+    assert_refused(&refused, "POLICY_DENIED", "no-moves-on-free");
 
     // (The rule reads the arguments, so the tool stays offered: a rule that denies a
     // tool whatever its arguments hides it, and a view's call of it is an unknown tool.)

@@ -53,28 +53,12 @@ impl AssistantRepo {
         assistant: &AssistantId,
         prefix: Option<&str>,
     ) -> Result<(), StoreError> {
-        use sea_orm::sea_query::OnConflict;
-        assistant_setting::Entity::insert(assistant_setting::ActiveModel {
-            user_id: Set(user.as_str().to_owned()),
-            assistant_id: Set(assistant.as_str().to_owned()),
+        let row = assistant_setting::ActiveModel {
             gateway_prefix: Set(prefix.map(str::to_owned)),
-            tool_overrides: Set(None),
-            updated_at: Set(crate::domain::now()),
-        })
-        .on_conflict(
-            OnConflict::columns([
-                assistant_setting::Column::UserId,
-                assistant_setting::Column::AssistantId,
-            ])
-            .update_columns([
-                assistant_setting::Column::GatewayPrefix,
-                assistant_setting::Column::UpdatedAt,
-            ])
-            .to_owned(),
-        )
-        .exec_without_returning(self.db.writer()?)
-        .await?;
-        Ok(())
+            ..settings_row(user, assistant)
+        };
+        self.upsert_setting(row, assistant_setting::Column::GatewayPrefix)
+            .await
     }
 
     /// Replaces the assistant's tool overrides (its other settings stay).
@@ -84,29 +68,35 @@ impl AssistantRepo {
         assistant: &AssistantId,
         overrides: &ToolOverrides,
     ) -> Result<(), StoreError> {
-        use sea_orm::sea_query::OnConflict;
         let list = serde_json::to_value(overrides.entries())
             .map_err(|e| StoreError::Corrupt(format!("tool overrides: {e}")))?;
-        assistant_setting::Entity::insert(assistant_setting::ActiveModel {
-            user_id: Set(user.as_str().to_owned()),
-            assistant_id: Set(assistant.as_str().to_owned()),
-            gateway_prefix: Set(None),
+        let row = assistant_setting::ActiveModel {
             tool_overrides: Set((!overrides.is_empty()).then_some(list)),
-            updated_at: Set(crate::domain::now()),
-        })
-        .on_conflict(
-            OnConflict::columns([
-                assistant_setting::Column::UserId,
-                assistant_setting::Column::AssistantId,
-            ])
-            .update_columns([
-                assistant_setting::Column::ToolOverrides,
-                assistant_setting::Column::UpdatedAt,
-            ])
-            .to_owned(),
-        )
-        .exec_without_returning(self.db.writer()?)
-        .await?;
+            ..settings_row(user, assistant)
+        };
+        self.upsert_setting(row, assistant_setting::Column::ToolOverrides)
+            .await
+    }
+
+    /// Writes one setting (`column`) of `row`'s assistant; a new row has the others at
+    /// their defaults, an existing one keeps them.
+    async fn upsert_setting(
+        &self,
+        row: assistant_setting::ActiveModel,
+        column: assistant_setting::Column,
+    ) -> Result<(), StoreError> {
+        use sea_orm::sea_query::OnConflict;
+        assistant_setting::Entity::insert(row)
+            .on_conflict(
+                OnConflict::columns([
+                    assistant_setting::Column::UserId,
+                    assistant_setting::Column::AssistantId,
+                ])
+                .update_columns([column, assistant_setting::Column::UpdatedAt])
+                .to_owned(),
+            )
+            .exec_without_returning(self.db.writer()?)
+            .await?;
         Ok(())
     }
 
@@ -183,5 +173,16 @@ impl AssistantRepo {
         }
         txn.commit().await?;
         Ok(())
+    }
+}
+
+/// A settings row of the assistant with every setting at its default.
+fn settings_row(user: &UserId, assistant: &AssistantId) -> assistant_setting::ActiveModel {
+    assistant_setting::ActiveModel {
+        user_id: Set(user.as_str().to_owned()),
+        assistant_id: Set(assistant.as_str().to_owned()),
+        gateway_prefix: Set(None),
+        tool_overrides: Set(None),
+        updated_at: Set(crate::domain::now()),
     }
 }
