@@ -105,6 +105,14 @@ fn assert_refused(reply: &Reply, code: &str, words: &str) {
     assert!(!reply.text.contains("::"), "{}", reply.text);
 }
 
+/// A gateway call's error result that says each of `words` (the model or view reads it).
+fn assert_error_result(result: &CallToolResult, words: &[&str]) {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    for word in words {
+        assert!(text(result).contains(word), "{word} in {result:?}");
+    }
+}
+
 /// User `u`'s audit rows of `tool`, newest first.
 async fn audit_rows(app: &TestApp, tool: &str) -> Vec<Value> {
     let page = app
@@ -416,8 +424,7 @@ async fn the_gateway_namespaces_views_and_a_view_calls_only_its_own_servers_tool
         ))
         .await
         .unwrap();
-    assert_eq!(refused.is_error, Some(true));
-    assert!(text(&refused).contains("APP_CALL_REFUSED"), "{refused:?}");
+    assert_error_result(&refused, &["APP_CALL_REFUSED"]);
 
     // The views, listed and read under their gateway URIs, metadata unchanged.
     let host = gateway_client(&app, &token, true).await;
@@ -502,9 +509,7 @@ async fn the_gateway_namespaces_views_and_a_view_calls_only_its_own_servers_tool
         ))
         .await
         .unwrap();
-    assert_eq!(foreign.is_error, Some(true));
-    assert!(text(&foreign).contains("APP_CALL_REFUSED"), "{foreign:?}");
-    assert!(text(&foreign).contains("another server"), "{foreign:?}");
+    assert_error_result(&foreign, &["APP_CALL_REFUSED", "another server"]);
     let model_only = host
         .call_tool(call(
             "board__count-cards",
@@ -513,10 +518,7 @@ async fn the_gateway_namespaces_views_and_a_view_calls_only_its_own_servers_tool
         ))
         .await
         .unwrap();
-    assert!(
-        text(&model_only).contains("APP_CALL_REFUSED"),
-        "{model_only:?}"
-    );
+    assert_error_result(&model_only, &["APP_CALL_REFUSED"]);
     let unknown_view = host
         .call_tool(call(
             "board__show-board",
@@ -525,10 +527,7 @@ async fn the_gateway_namespaces_views_and_a_view_calls_only_its_own_servers_tool
         ))
         .await
         .unwrap();
-    assert!(
-        text(&unknown_view).contains("not a view"),
-        "{unknown_view:?}"
-    );
+    assert_error_result(&unknown_view, &["not a view"]);
 
     // Still one move; the audit says the move was the app's, through the gateway.
     let shown = host
@@ -646,8 +645,7 @@ async fn a_views_call_meets_the_operators_policies_on_both_doors() {
         ))
         .await
         .unwrap();
-    assert_eq!(denied.is_error, Some(true));
-    assert!(text(&denied).contains("POLICY_DENIED"), "{denied:?}");
+    assert_error_result(&denied, &["POLICY_DENIED"]);
 
     // Nothing moved; the refusals are the app's in the audit.
     let shown = app.call("u", &board, "show-board", json!({})).await;

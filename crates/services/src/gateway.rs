@@ -94,22 +94,33 @@ fn speaks_older(headers: &http::HeaderMap) -> bool {
         .is_none_or(|version| version < ProtocolVersion::NO_INITIALIZE.as_str())
 }
 
-/// MCP Apps: whether the client renders views (`io.modelcontextprotocol/ui` among the
-/// extensions it declares, in this request or at `initialize`).
-fn declares_apps(context: &RequestContext<RoleServer>) -> bool {
-    let has = |capabilities: &ClientCapabilities| {
-        capabilities
-            .extensions
-            .as_ref()
-            .is_some_and(|e| e.contains_key(app_ui::UI_EXTENSION))
-    };
+/// Whether the request's client declared what `has` looks for: in this request's
+/// metadata, else (a client with a session) at `initialize`. Read without copying a
+/// session's capabilities on every call.
+fn client_declares(
+    context: &RequestContext<RoleServer>,
+    has: impl Fn(&ClientCapabilities) -> bool,
+) -> bool {
     match context.meta.client_capabilities() {
         Some(capabilities) => has(&capabilities),
+        // A 2026-07-28 client declares them in each request or not at all.
+        None if speaks_modern(context) => false,
         None => context
             .peer
             .peer_info()
             .is_some_and(|info| has(&info.capabilities)),
     }
+}
+
+/// MCP Apps: whether the client renders views (`io.modelcontextprotocol/ui` among the
+/// extensions it declares).
+fn declares_apps(context: &RequestContext<RoleServer>) -> bool {
+    client_declares(context, |capabilities| {
+        capabilities
+            .extensions
+            .as_ref()
+            .is_some_and(|e| e.contains_key(app_ui::UI_EXTENSION))
+    })
 }
 
 /// MCP Apps: the view whose call a host relays, as the host marks it in the request's
@@ -255,6 +266,25 @@ fn capabilities(features: crate::mcp::ServerFeatures) -> ServerCapabilities {
     capabilities
 }
 
+/// What the gateway says of itself before it knows a session's servers (`get_info`), and
+/// to a 2026-07-28 client (`server/discover`), with MCP Apps when its servers offer views.
+fn server_config(apps: bool) -> ServerConfig {
+    InitializeResult::new(capabilities(crate::mcp::ServerFeatures {
+        resources: true,
+        prompts: true,
+        apps,
+        ..Default::default()
+    }))
+    .with_server_info(Implementation::new(
+        "mcp-pool gateway",
+        env!("CARGO_PKG_VERSION"),
+    ))
+    .with_instructions(
+        "The tools of one assistant's MCP servers, each named after its server and tool. \
+         Some tools wait for the user's approval before they run.",
+    )
+}
+
 /// rmcp runs each request in a task it spawns, whose future is as large as the largest of
 /// these methods' futures, and a spawn copies it several times over: the services' futures
 /// are boxed here (`Box::pin`), and `tools/call`'s own, so a call's task holds pointers,
@@ -386,39 +416,20 @@ impl ServerHandler for GatewayHandler {
         &self,
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
-        let mut info = self.get_info();
-        if let Ok(principal) = self.principal(&context.extensions)
-            && Box::pin(self.service.features(&principal))
+        let apps = match self.principal(&context.extensions) {
+            Ok(principal) => Box::pin(self.service.features(&principal))
                 .await
-                .is_ok_and(|f| f.apps)
-        {
-            info.capabilities = capabilities(crate::mcp::ServerFeatures {
-                resources: true,
-                prompts: true,
-                apps: true,
-                ..Default::default()
-            });
-        }
+                .is_ok_and(|f| f.apps),
+            Err(_) => false,
+        };
         Ok(DiscoverResult::from_server_info(
             self.supported_protocol_versions().into_owned(),
-            info,
+            server_config(apps),
         ))
     }
 
     fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(capabilities(crate::mcp::ServerFeatures {
-            resources: true,
-            prompts: true,
-            ..Default::default()
-        }))
-        .with_server_info(Implementation::new(
-            "mcp-pool gateway",
-            env!("CARGO_PKG_VERSION"),
-        ))
-        .with_instructions(
-            "The tools of one assistant's MCP servers, each named after its server and tool. \
-             Some tools wait for the user's approval before they run.",
-        )
+        server_config(false)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

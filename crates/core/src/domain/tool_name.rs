@@ -162,17 +162,18 @@ impl ToolNameTable {
     /// a tool whose own name it would be is named as if taken.
     pub fn build_aliased(tools: impl IntoIterator<Item = (ToolRef, Option<String>)>) -> Self {
         let tools: Vec<(ToolRef, Option<String>)> = tools.into_iter().collect();
-        let aliases: std::collections::HashSet<&str> = tools
+        // Owned, so the tools can be moved into the table (aliases are few).
+        let aliases: std::collections::HashSet<String> = tools
             .iter()
-            .filter_map(|(_, alias)| alias.as_deref())
+            .filter_map(|(_, alias)| alias.clone())
             .collect();
         let mut table = Self::default();
-        for (tool, alias) in &tools {
+        for (tool, alias) in tools {
             if let Some(alias) = alias
-                && !table.by_name.contains_key(alias)
+                && !table.by_name.contains_key(&alias)
             {
                 table.by_name.insert(alias.clone(), table.entries.len());
-                table.entries.push((alias.clone(), tool.clone()));
+                table.entries.push((alias, tool));
                 continue;
             }
             let mut name = display_name(&tool.server_name, &tool.tool);
@@ -187,7 +188,7 @@ impl ToolNameTable {
                 name = format!("{}_{}", &base[..keep], &digest[..HASH_CHARS]);
             }
             table.by_name.insert(name.clone(), table.entries.len());
-            table.entries.push((name, tool.clone()));
+            table.entries.push((name, tool));
         }
         table
     }

@@ -38,17 +38,7 @@ use crate::store::StoredTask;
 /// Whether the request's client declared the tasks extension (for the session or in
 /// this request's metadata).
 pub(super) fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
-    // As `client_capabilities()` reads them, without copying a session's capabilities
-    // on every call.
-    match context.meta.client_capabilities() {
-        Some(capabilities) => capabilities.supports_tasks(),
-        // A 2026-07-28 client declares them in each request or not at all.
-        None if super::speaks_modern(context) => false,
-        None => context
-            .peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.supports_tasks()),
-    }
+    super::client_declares(context, |capabilities| capabilities.supports_tasks())
 }
 
 fn wire_status(status: TaskStatus) -> WireStatus {

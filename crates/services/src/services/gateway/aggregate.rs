@@ -143,7 +143,7 @@ impl GatewayService {
         let mut resources = Vec::new();
         let mut templates = Vec::new();
         let servers = self.servers(principal).await?;
-        let views = self.view_naming(principal, !servers.is_empty()).await?;
+        let views = self.view_naming(principal).await?;
         for (id, name) in &servers {
             if let Ok(catalog) = self
                 .upstream_for(principal)
@@ -152,9 +152,7 @@ impl GatewayService {
             {
                 resources.extend(catalog.resources.iter().map(|resource| {
                     let mut resource = resource.clone();
-                    if let Some(views) = &views
-                        && let Some(uri) = views.gateway_uri(*id, name, &resource.uri)
-                    {
+                    if let Some(uri) = views.gateway_uri(*id, name, &resource.uri) {
                         resource.uri = uri;
                     }
                     resource
@@ -165,21 +163,13 @@ impl GatewayService {
         Ok((resources, templates))
     }
 
-    /// How the gateway names the views of the assistant's servers (`None` without
-    /// servers).
-    async fn view_naming(
-        &self,
-        principal: &GatewayPrincipal,
-        any_server: bool,
-    ) -> Result<Option<ViewNaming>> {
-        if !any_server {
-            return Ok(None);
-        }
-        Ok(Some(ViewNaming {
+    /// How the gateway names the views of the assistant's servers: as its tool view
+    /// (built with the assistant's prefix mode) names them.
+    async fn view_naming(&self, principal: &GatewayPrincipal) -> Result<ViewNaming> {
+        Ok(ViewNaming {
             tools: self.tools(principal).await?,
-            mode: self.prefix_mode(principal).await?,
             separator: self.separator(principal).to_owned(),
-        }))
+        })
     }
 
     /// A view's gateway URI back to its server and the server's own URI: a view a tool
@@ -193,13 +183,11 @@ impl GatewayService {
         if !app_ui::is_ui_uri(uri) || servers.is_empty() {
             return Ok(None);
         }
-        let Some(views) = self.view_naming(principal, true).await? else {
-            return Ok(None);
-        };
+        let views = self.view_naming(principal).await?;
         if let Some((server, own)) = views.tools.view(uri) {
             return Ok(Some((server, own.to_owned())));
         }
-        if views.mode != PrefixMode::Always {
+        if views.tools.mode != PrefixMode::Always {
             return Ok(None);
         }
         Ok(servers.iter().find_map(|(id, name)| {
@@ -361,7 +349,6 @@ impl GatewayService {
 /// The assistant's view naming, read once for a listing.
 struct ViewNaming {
     tools: Arc<GatewayTools>,
-    mode: PrefixMode,
     separator: String,
 }
 
@@ -375,7 +362,7 @@ impl ViewNaming {
         if let Some(named) = self.tools.gateway_view(id, uri) {
             return Some(named.to_owned());
         }
-        (self.mode == PrefixMode::Always)
+        (self.tools.mode == PrefixMode::Always)
             .then(|| app_ui::gateway_ui_uri(server, &self.separator, uri))
             .flatten()
     }

@@ -218,11 +218,6 @@ impl GatewayService {
                     .filter(|name| !chosen.contains(name.as_str())),
             })
             .collect();
-        let items: Vec<(&str, &str)> = listing
-            .tools
-            .iter()
-            .map(|t| (t.server.server.spec.name.as_str(), t.tool.name.as_ref()))
-            .collect();
         let mut names = HashMap::new();
         let mut ordered = Vec::new();
         let mut hidden = Vec::new();
@@ -233,7 +228,9 @@ impl GatewayService {
                     ordered.push(name);
                 }
                 None => {
-                    let (server, tool) = items[index];
+                    let hid = &listing.tools[index];
+                    let (server, tool) =
+                        (hid.server.server.spec.name.as_str(), hid.tool.name.as_ref());
                     tracing::info!(
                         server,
                         tool,
@@ -243,7 +240,6 @@ impl GatewayService {
                 }
             }
         }
-        drop(items);
         let (views, view_names) = name_views(mode, separator, &listing);
         GatewayTools {
             listing,

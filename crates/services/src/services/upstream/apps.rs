@@ -11,18 +11,19 @@ impl UpstreamService {
     /// lists it as a resource. A view of another server (or no view) is refused.
     pub async fn check_view(&self, user: &UserId, server_id: &str, uri: &str) -> Result<()> {
         let (runtime, catalog) = self.tools(user, server_id).await?;
-        let declared = is_ui_uri(uri)
-            && catalog
+        if is_ui_uri(uri) {
+            let declared = catalog
                 .tools
                 .iter()
                 .any(|tool| ToolUi::of(tool.meta.as_deref()).resource_uri == Some(uri));
-        let listed = || async {
-            self.resources(user, server_id)
-                .await
-                .is_ok_and(|catalog| catalog.resources.iter().any(|r| r.uri == uri))
-        };
-        if declared || (is_ui_uri(uri) && listed().await) {
-            return Ok(());
+            if declared
+                || self
+                    .resources(user, server_id)
+                    .await
+                    .is_ok_and(|listed| listed.resources.iter().any(|r| r.uri == uri))
+            {
+                return Ok(());
+            }
         }
         Err(Error::AppCallRefused(format!(
             "'{uri}' is not a view of the server '{}': a view calls only its own server's tools",
