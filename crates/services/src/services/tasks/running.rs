@@ -163,8 +163,11 @@ impl TaskHandle {
         };
         self.shared.promoted.notify_one();
         if stored {
-            let (tasks, id) = (self.tasks.clone(), self.id);
+            let (tasks, id, shared) = (self.tasks.clone(), self.id, self.shared.clone());
             tokio::spawn(async move {
+                // After the row's first write, which may still be under way: an update
+                // before it would find no row and the server's task would be forgotten.
+                let _writing = shared.writing.lock().await;
                 if let Err(error) = tasks.inner.store.tasks().follows(id, &upstream).await {
                     tracing::warn!(task = %id, %error, "the server's own task was not recorded");
                 }
