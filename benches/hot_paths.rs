@@ -1,6 +1,7 @@
 //! Criterion benches for the per-call hot paths: model-facing tool names, the prompt-mode
 //! parser, the tool catalog (lookup, schema validation, the cache hit), the registry
-//! lookup behind every lease and rmcp's parsing of a call's JSON-RPC messages.
+//! lookup behind every lease, rmcp's parsing of a call's JSON-RPC messages, policy rules and
+//! tool search over 1,000 tools.
 //! `cargo bench --bench hot_paths`; figures in BENCHMARKS.md.
 
 // Test and load clients dial what they are told: the outbound-client rule (clippy.toml)
@@ -15,6 +16,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use mcp_pool::agent::prompt_mode::{parse_lenient, parse_reply};
 use mcp_pool::config::PoolSettings;
 use mcp_pool::domain::tool_name::{ToolNameTable, ToolRef, display_name};
+use mcp_pool::domain::tool_search::{ToolDocument, ToolIndex};
 use mcp_pool::domain::{EmbeddedKind, McpServer, ServerName, ServerSpec, Transport, UserId};
 use mcp_pool::mcp::{UpstreamHttp, UpstreamSpec, UpstreamTransport};
 use mcp_pool::pool::{ConnectionKey, Pool, ServerRuntime, ToolCatalog};
@@ -273,6 +275,129 @@ fn policy(c: &mut Criterion) {
     );
 }
 
+/// An assistant with 1,000 tools of 25 servers, worded like real ones.
+fn thousand_tools() -> Vec<(String, String, String, serde_json::Map<String, Value>)> {
+    let verbs = [
+        "create", "list", "get", "update", "delete", "search", "move", "copy", "archive", "export",
+    ];
+    let things = [
+        "issue",
+        "pull request",
+        "branch",
+        "file",
+        "page",
+        "database row",
+        "channel message",
+        "calendar event",
+        "invoice",
+        "customer",
+        "deployment",
+        "pod",
+        "screenshot",
+        "comment",
+        "label",
+        "user",
+        "ticket",
+        "dashboard",
+        "alert",
+        "bucket object",
+    ];
+    let servers = [
+        "github",
+        "gitlab",
+        "jira",
+        "confluence",
+        "notion",
+        "slack",
+        "linear",
+        "sentry",
+        "kubernetes",
+        "filesystem",
+        "git",
+        "playwright",
+        "supabase",
+        "mongodb",
+        "stripe",
+        "hubspot",
+        "zendesk",
+        "datadog",
+        "grafana",
+        "s3",
+        "gcal",
+        "gdrive",
+        "figma",
+        "asana",
+        "trello",
+    ];
+    let mut tools = Vec::new();
+    for (s, server) in servers.iter().enumerate() {
+        for n in 0..40 {
+            let verb = verbs[(n + s) % verbs.len()];
+            let thing = things[(n * 7 + s) % things.len()];
+            let name = format!("{verb}_{}_{n}", thing.replace(' ', "_"));
+            let description = format!(
+                "{verb} a {thing} in {server}. Use it when the user asks to {verb} one or more \
+                 {thing}s; returns the {thing} with its id, title and the time it was last changed."
+            );
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": format!("The {thing}'s id")},
+                    "project": {"type": "string", "description": "The project or workspace it belongs to"},
+                    "limit": {"type": "integer", "description": "How many results at most"}
+                }
+            });
+            tools.push((
+                server.to_string(),
+                name,
+                description,
+                schema.as_object().cloned().unwrap_or_default(),
+            ));
+        }
+    }
+    tools
+}
+
+fn tool_search(c: &mut Criterion) {
+    let tools = thousand_tools();
+    let documents = || {
+        tools
+            .iter()
+            .map(|(server, name, description, schema)| ToolDocument {
+                server,
+                name,
+                alias: None,
+                title: None,
+                description: Some(description),
+                input_schema: schema,
+            })
+    };
+    c.bench_function("tool_search/build_1000", |b| {
+        b.iter(|| ToolIndex::build(black_box(documents())))
+    });
+    let index = ToolIndex::build(documents());
+    assert_eq!(index.len(), 1_000);
+    let query = "archive the customer invoices of the stripe workspace";
+    assert!(!index.rank(query, 10).is_empty());
+    c.bench_function("tool_search/rank_1000", |b| {
+        b.iter(|| index.rank(black_box(query), 10))
+    });
+    let mut took: Vec<Duration> = (0..20_000)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            black_box(index.rank(black_box(query), 10));
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "tool_search/rank_1000, one query at a time: p50 {:?}, p99 {:?}, max {:?}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1]
+    );
+}
+
 criterion_group!(
     benches,
     tool_names,
@@ -280,6 +405,7 @@ criterion_group!(
     tool_catalog,
     registry,
     jsonrpc,
-    policy
+    policy,
+    tool_search
 );
 criterion_main!(benches);

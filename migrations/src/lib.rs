@@ -29,6 +29,7 @@ mod m20261207_000021_governance;
 mod m20261208_000022_quotas;
 mod m20261209_000023_app_calls;
 mod m20261210_000024_tool_curation;
+mod m20261211_000025_tool_exposure;
 
 pub struct Migrator;
 
@@ -60,6 +61,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000022_quotas::Migration),
             Box::new(m20261209_000023_app_calls::Migration),
             Box::new(m20261210_000024_tool_curation::Migration),
+            Box::new(m20261211_000025_tool_exposure::Migration),
         ]
     }
 }

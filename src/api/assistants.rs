@@ -23,6 +23,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(read, replace))
         .routes(routes!(tools))
         .routes(routes!(tool_overrides, set_tool_overrides))
+        .routes(routes!(tool_exposure, set_tool_exposure))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -31,7 +32,15 @@ struct ToolsQuery {
     /// `openai`, `anthropic` or `mcp` (the default).
     #[param(pattern = "^(openai|anthropic|mcp)$")]
     format: Option<String>,
+    /// Ranks the tools against this request (tool search) and lists only those that
+    /// answer it, best first.
+    query: Option<String>,
+    /// With `query`: how many tools at most (1 to 100, default 10).
+    limit: Option<u64>,
 }
+
+/// How many tools a search lists unless `limit` says otherwise.
+const DEFAULT_SEARCH_LIMIT: usize = 10;
 
 /// One tool in the shape a model API expects.
 fn tool_in_format(format: &str, tool: &AssistantTool) -> Value {
@@ -58,7 +67,8 @@ fn tool_in_format(format: &str, tool: &AssistantTool) -> Value {
 }
 
 /// The enabled tools of the assistant's active servers, named `mcp__{server}__{tool}`,
-/// in a model API's shape; servers that fail are listed under `unavailable`.
+/// in a model API's shape; servers that fail are listed under `unavailable`. With
+/// `query`, only the tools that answer it, best first (tool search).
 #[utoipa::path(get, path = "/api/assistants/{id}/tools", tag = "assistants",
     params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)"), ToolsQuery), responses((status = OK, body = Value)))]
 async fn tools(
@@ -75,20 +85,38 @@ async fn tools(
         ))
         .into());
     }
-    let listing = state
-        .services
-        .upstream
-        .assistant_tools(&ctx.user, &assistant)
-        .await?;
-    let tools: Vec<Value> = listing
-        .tools
-        .iter()
-        .map(|t| tool_in_format(&format, t))
-        .collect();
+    let search = match &query.query {
+        Some(text) => Some((
+            crate::services::checked_query(text)?.to_owned(),
+            crate::services::checked_limit(query.limit, DEFAULT_SEARCH_LIMIT)?,
+        )),
+        None if query.limit.is_some() => {
+            return Err(Error::validation("limit needs a query to rank the tools by").into());
+        }
+        None => None,
+    };
+    let upstream = &state.services.upstream;
+    let listing = upstream.assistant_tools(&ctx.user, &assistant).await?;
+    // The tools listed: all, or those a search found, best first.
+    let listed: Vec<&AssistantTool> = match &search {
+        None => listing.tools.iter().collect(),
+        Some((text, limit)) => upstream
+            .rank_tools(
+                &ctx.user,
+                &assistant,
+                crate::services::Audience::Model,
+                &listing,
+                text,
+                *limit,
+            )
+            .into_iter()
+            .map(|found| &listing.tools[found.position])
+            .collect(),
+    };
+    let tools: Vec<Value> = listed.iter().map(|t| tool_in_format(&format, t)).collect();
     // MCP Apps: the view of each tool that has one, by the name the model calls it, so a
     // host knows what renders a call's result and whether the view may call the tool.
-    let apps: serde_json::Map<String, Value> = listing
-        .tools
+    let apps: serde_json::Map<String, Value> = listed
         .iter()
         .filter_map(|t| {
             let ui = t.ui();
@@ -108,13 +136,17 @@ async fn tools(
             entry
         })
         .collect();
-    Ok(JsonResponse(json!({
+    let mut answer = json!({
         "assistantId": assistant.as_str(),
         "format": format,
         "tools": tools,
         "apps": apps,
         "unavailable": unavailable,
-    })))
+    });
+    if let Some((text, _)) = search {
+        answer["query"] = json!(text);
+    }
+    Ok(JsonResponse(answer))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -280,4 +312,60 @@ async fn set_tool_overrides(
         .set_tool_overrides(&ctx.user, &assistant, entries)
         .await?;
     Ok(JsonResponse(ToolOverridesView::new(&assistant, &overrides)))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ToolExposureRequest {
+    /// `all` (every tool) or `search` (`search_tools`, `call_tool` and the pinned tools).
+    tool_exposure: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ToolExposureView {
+    assistant_id: String,
+    tool_exposure: &'static str,
+}
+
+/// How the gateway and the agent loop offer the assistant's tools to a model: every tool
+/// (`all`), or `search_tools`, `call_tool` and the pinned tools (`search`).
+#[utoipa::path(get, path = "/api/assistants/{id}/tool-exposure", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), responses((status = OK, body = ToolExposureView)))]
+async fn tool_exposure(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+) -> Result<JsonResponse<ToolExposureView>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let exposure = state
+        .services
+        .assistants
+        .tool_exposure(&ctx.user, &assistant)
+        .await?;
+    Ok(JsonResponse(ToolExposureView {
+        assistant_id: assistant.as_str().to_owned(),
+        tool_exposure: exposure.as_str(),
+    }))
+}
+
+/// Sets how the assistant's tools are offered to models (`{"toolExposure": "search"}`).
+#[utoipa::path(put, path = "/api/assistants/{id}/tool-exposure", tag = "assistants",
+    params(("id" = ExternalId, Path, description = "The assistant's id (the backend's)")), request_body = ToolExposureRequest, responses((status = OK, body = ToolExposureView)))]
+async fn set_tool_exposure(
+    State(state): State<AppState>,
+    ctx: UserContext,
+    Path(id): Path<String>,
+    Json(body): Json<ToolExposureRequest>,
+) -> Result<JsonResponse<ToolExposureView>, ApiError> {
+    let assistant = AssistantId::parse(&id)?;
+    let exposure = state
+        .services
+        .assistants
+        .set_tool_exposure(&ctx.user, &assistant, &body.tool_exposure)
+        .await?;
+    Ok(JsonResponse(ToolExposureView {
+        assistant_id: assistant.as_str().to_owned(),
+        tool_exposure: exposure.as_str(),
+    }))
 }

@@ -15,7 +15,10 @@ use crate::llm_script::{
 use crate::upstreams::eventually;
 
 /// The fixture bound to assistant `a1` of user `u`; `echo` is auto-approved, `add` is not.
-async fn chat_app(llm: &ScriptedLlm, adjust: impl FnOnce(&mut mcp_pool::Settings)) -> TestApp {
+pub(crate) async fn chat_app(
+    llm: &ScriptedLlm,
+    adjust: impl FnOnce(&mut mcp_pool::Settings),
+) -> TestApp {
     let app = spawn_pool_app_with(|settings| {
         llm.configure(settings, "scripted", &["plain-model"]);
         adjust(settings);
@@ -25,7 +28,7 @@ async fn chat_app(llm: &ScriptedLlm, adjust: impl FnOnce(&mut mcp_pool::Settings
     app
 }
 
-fn chat_body(message: &str) -> Value {
+pub(crate) fn chat_body(message: &str) -> Value {
     json!({
         "assistantId": "a1",
         "message": message,
@@ -117,7 +120,7 @@ impl ChatStream {
     }
 }
 
-fn tool_messages(request: &Value) -> Vec<&Value> {
+pub(crate) fn tool_messages(request: &Value) -> Vec<&Value> {
     request["messages"]
         .as_array()
         .unwrap()

@@ -62,6 +62,7 @@ mod tasks;
 mod teardown;
 mod tool_call_rows;
 mod tool_calls;
+mod tool_search;
 mod upstream_sessions;
 mod upstream_tasks;
 mod upstreams;

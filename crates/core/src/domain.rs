@@ -16,6 +16,7 @@ mod server;
 mod task;
 mod tool_call;
 pub mod tool_name;
+pub mod tool_search;
 
 pub use call_origin::{CallOrigin, CallVia};
 pub use catalog::{
@@ -38,6 +39,7 @@ pub use server::{
 };
 pub use task::{TaskOrigin, TaskStatus};
 pub use tool_call::{ToolCallRecord, ToolCallStatus};
+pub use tool_search::ToolExposure;
 
 /// The current time at the precision every supported database stores (microseconds), so
 /// what a create returns equals what later reads return.

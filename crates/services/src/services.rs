@@ -42,10 +42,13 @@ pub use presets::{PresetInput, PresetService, SlotInput};
 pub use rate_limits::RateLimits;
 pub use servers::{OAuthInput, ServerInput, ServerService};
 pub use tasks::{FollowOn, NewTask, Started, TaskEnd, TaskHandle, TaskWork, Tasks};
-pub use tool_calls::{ModelToolCall, ToolCallService, plan_calls};
+pub use tool_calls::{
+    ModelToolCall, SearchMode, ToolCallService, plan_calls, plan_search_mode_calls,
+};
 pub use upstream::{
-    AssistantTool, AssistantTools, Audience, Caller, ConnectReport, HealthReport, ServerCatalog,
-    ToolCallReport, UnavailableServer, UpstreamService,
+    AssistantTool, AssistantTools, Audience, Caller, ConnectReport, HealthReport, SearchArguments,
+    ServerCatalog, ToolCallReport, UnavailableServer, UpstreamService, called_through,
+    checked_limit, checked_query, found_tools,
 };
 
 /// Trims, refuses empty/odd entries, drops duplicates (keeping first order) and bounds

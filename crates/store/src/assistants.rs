@@ -19,13 +19,12 @@ impl AssistantRepo {
         Self { db }
     }
 
-    /// The assistant's settings as stored: its gateway prefix mode (`None`: the service
-    /// default) and its tool overrides (none: empty), read from one row.
+    /// The assistant's settings as stored, read from one row.
     pub async fn settings(
         &self,
         user: &UserId,
         assistant: &AssistantId,
-    ) -> Result<(Option<String>, ToolOverrides), StoreError> {
+    ) -> Result<StoredSettings, StoreError> {
         let Some(row) = assistant_setting::Entity::find_by_id((
             user.as_str().to_owned(),
             assistant.as_str().to_owned(),
@@ -33,7 +32,7 @@ impl AssistantRepo {
         .one(self.db.reader()?)
         .await?
         else {
-            return Ok((None, ToolOverrides::default()));
+            return Ok(StoredSettings::default());
         };
         let overrides = match row.tool_overrides {
             None => ToolOverrides::default(),
@@ -44,7 +43,11 @@ impl AssistantRepo {
                 ToolOverrides::new(entries).map_err(|e| corrupt(e.to_string()))?
             }
         };
-        Ok((row.gateway_prefix, overrides))
+        Ok(StoredSettings {
+            gateway_prefix: row.gateway_prefix,
+            overrides,
+            tool_exposure: row.tool_exposure,
+        })
     }
 
     pub async fn set_gateway_prefix(
@@ -75,6 +78,21 @@ impl AssistantRepo {
             ..settings_row(user, assistant)
         };
         self.upsert_setting(row, assistant_setting::Column::ToolOverrides)
+            .await
+    }
+
+    /// Sets how the assistant offers its tools to models (`all`, `search`; `None`: `all`).
+    pub async fn set_tool_exposure(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        exposure: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let row = assistant_setting::ActiveModel {
+            tool_exposure: Set(exposure.map(str::to_owned)),
+            ..settings_row(user, assistant)
+        };
+        self.upsert_setting(row, assistant_setting::Column::ToolExposure)
             .await
     }
 
@@ -176,6 +194,16 @@ impl AssistantRepo {
     }
 }
 
+/// An assistant's settings as stored (absent: every one at its default).
+#[derive(Debug, Default)]
+pub struct StoredSettings {
+    /// `always`, `on_collision` or `never`; `None` follows `gateway.prefix`.
+    pub gateway_prefix: Option<String>,
+    pub overrides: ToolOverrides,
+    /// `all` or `search`; `None`: `all`.
+    pub tool_exposure: Option<String>,
+}
+
 /// A settings row of the assistant with every setting at its default.
 fn settings_row(user: &UserId, assistant: &AssistantId) -> assistant_setting::ActiveModel {
     assistant_setting::ActiveModel {
@@ -183,6 +211,7 @@ fn settings_row(user: &UserId, assistant: &AssistantId) -> assistant_setting::Ac
         assistant_id: Set(assistant.as_str().to_owned()),
         gateway_prefix: Set(None),
         tool_overrides: Set(None),
+        tool_exposure: Set(None),
         updated_at: Set(crate::domain::now()),
     }
 }

@@ -41,7 +41,7 @@ mod servers;
 mod tasks;
 
 pub use api_keys::{ApiKeyRecord, ApiKeyRepo};
-pub use assistants::AssistantRepo;
+pub use assistants::{AssistantRepo, StoredSettings};
 pub use audit::{AuditEntry, AuditFilter, AuditOutcome, AuditRepo, AuditRow};
 pub use catalog::{CatalogRepo, CatalogSummary, Imported};
 pub use conversations::{ConversationRepo, Ownership, StoredConversation};

@@ -1,5 +1,6 @@
 //! One chat turn, run: rounds of (LLM answer, tool calls, results) until plain text.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +13,14 @@ use super::history::{RoundNote, TurnMetadata, round_turns, turns_from_history};
 use super::prompt_mode::{self, PromptTool};
 use super::{ChatEvent, ChatOutcome, ChatService, FinishReason, RunningGuard};
 use crate::confirm::{TOOL_CALL_EVENT, Waited};
-use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, UserId};
+use crate::domain::tool_search::search_mode_tools;
+use crate::domain::{AssistantId, ToolCallRecord, ToolCallStatus, ToolExposure, UserId};
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::llm::{ChatRequest, LlmProgress, ModelHandle, ToolMode, ToolSpec, Turn};
-use crate::services::{AssistantTools, ModelToolCall, plan_calls};
+use crate::services::{
+    AssistantTool, AssistantTools, ModelToolCall, SearchMode, plan_calls, plan_search_mode_calls,
+};
 use crate::store::StoredMessage;
 
 pub(super) struct TurnSetup {
@@ -155,6 +159,15 @@ impl PreparedTurn {
         let mut turns = turns_from_history(&setup.history, mode);
         turns.push(Turn::User(setup.user_text.clone()));
         let mut started = false;
+        // Search mode (native tool calls): the model gets `search_tools`, `call_tool`, the
+        // pinned tools and those it found, which are kept here from round to round.
+        let mut found = (mode == ToolMode::Native
+            && service
+                .upstream
+                .tool_exposure(&setup.user, &setup.assistant)
+                .await?
+                == ToolExposure::Search)
+            .then(BTreeSet::new);
         for round in 1..=setup.max_rounds {
             let listing = service
                 .upstream
@@ -179,7 +192,7 @@ impl PreparedTurn {
                         .collect(),
                 });
             }
-            let request = self.request(&listing, &turns);
+            let request = self.request(&listing, &turns, found.as_ref());
             let message_id = setup.message;
             let completion = setup
                 .model
@@ -265,7 +278,20 @@ impl PreparedTurn {
                 .policies()
                 .decider(&setup.user, crate::domain::CallVia::Chat)
                 .await?;
-            let mut records = plan_calls(&listing, &calls, &decider);
+            let mut records = match found.as_mut() {
+                Some(found) => plan_search_mode_calls(
+                    &listing,
+                    &calls,
+                    &decider,
+                    SearchMode {
+                        upstream: &service.upstream,
+                        user: &setup.user,
+                        assistant: &setup.assistant,
+                        found,
+                    },
+                ),
+                None => plan_calls(&listing, &calls, &decider),
+            };
             if last_round {
                 for record in &mut records {
                     record.status = ToolCallStatus::Cancelled;
@@ -304,25 +330,48 @@ impl PreparedTurn {
         Ok(FinishReason::MaxRounds)
     }
 
-    /// The request of one round: tools natively, or described in the system prompt.
-    fn request(&self, listing: &AssistantTools, turns: &[Turn]) -> ChatRequest {
+    /// The request of one round: tools natively, or described in the system prompt. In
+    /// search mode (`found`), the search tools, then the pinned and found ones.
+    fn request(
+        &self,
+        listing: &AssistantTools,
+        turns: &[Turn],
+        found: Option<&BTreeSet<String>>,
+    ) -> ChatRequest {
         let setup = &self.setup;
         match setup.model.tool_mode {
-            ToolMode::Native => ChatRequest {
-                model: setup.model.model.clone(),
-                system: setup.system_prompt.clone(),
-                turns: turns.to_vec(),
-                tools: listing
-                    .tools
-                    .iter()
-                    .map(|tool| ToolSpec {
-                        name: tool.name.clone(),
-                        description: tool.tool.description.as_deref().unwrap_or("").to_owned(),
-                        parameters: Value::Object((*tool.tool.input_schema).clone()),
-                    })
-                    .collect(),
-                max_tokens: None,
-            },
+            ToolMode::Native => {
+                let spec = |tool: &AssistantTool| ToolSpec {
+                    name: tool.name.clone(),
+                    description: tool.tool.description.as_deref().unwrap_or("").to_owned(),
+                    parameters: Value::Object((*tool.tool.input_schema).clone()),
+                };
+                let tools = match found {
+                    None => listing.tools.iter().map(spec).collect(),
+                    Some(found) => search_mode_tools()
+                        .into_iter()
+                        .map(|meta| ToolSpec {
+                            name: meta.name.to_owned(),
+                            description: meta.description.to_owned(),
+                            parameters: meta.input_schema,
+                        })
+                        .chain(
+                            listing
+                                .tools
+                                .iter()
+                                .filter(|t| t.pinned || found.contains(&t.name))
+                                .map(spec),
+                        )
+                        .collect(),
+                };
+                ChatRequest {
+                    model: setup.model.model.clone(),
+                    system: setup.system_prompt.clone(),
+                    turns: turns.to_vec(),
+                    tools,
+                    max_tokens: None,
+                }
+            }
             ToolMode::Prompt => {
                 let schemas: Vec<Value> = listing
                     .tools

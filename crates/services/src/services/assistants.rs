@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::cluster::{Cluster, Note};
 use crate::config::Settings;
 use crate::domain::tool_name::PrefixMode;
-use crate::domain::{AssistantId, ToolOverride, ToolOverrides, UserId};
+use crate::domain::{AssistantId, ToolExposure, ToolOverride, ToolOverrides, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::store::Store;
 
@@ -37,6 +37,8 @@ pub struct AssistantSettings {
     pub prefix: Option<PrefixMode>,
     /// Its tool curation.
     pub overrides: Arc<ToolOverrides>,
+    /// How it offers its tools to models.
+    pub exposure: ToolExposure,
 }
 
 /// `cache`'s entry for the assistant, loaded on a miss (concurrent misses share one load).
@@ -81,10 +83,15 @@ impl BindingCache {
         assistant: &AssistantId,
     ) -> Result<Arc<AssistantSettings>> {
         cached(&self.settings, user, assistant, || async {
-            let (prefix, overrides) = self.store.assistants().settings(user, assistant).await?;
+            let stored = self.store.assistants().settings(user, assistant).await?;
             Ok(Arc::new(AssistantSettings {
-                prefix: prefix.as_deref().and_then(PrefixMode::parse),
-                overrides: Arc::new(overrides),
+                prefix: stored.gateway_prefix.as_deref().and_then(PrefixMode::parse),
+                overrides: Arc::new(stored.overrides),
+                exposure: stored
+                    .tool_exposure
+                    .as_deref()
+                    .and_then(ToolExposure::parse)
+                    .unwrap_or_default(),
             }))
         })
         .await
@@ -275,5 +282,32 @@ impl AssistantService {
             .await?;
         self.bindings.forget(user, assistant).await;
         Ok(Arc::new(overrides))
+    }
+
+    /// How the assistant offers its tools to models.
+    pub async fn tool_exposure(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<ToolExposure> {
+        Ok(self.bindings.settings(user, assistant).await?.exposure)
+    }
+
+    /// Sets how the assistant offers its tools to models (`all` or `search`).
+    pub async fn set_tool_exposure(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+        raw: &str,
+    ) -> Result<ToolExposure> {
+        let exposure = ToolExposure::parse(raw).ok_or_else(|| {
+            Error::validation(format!("toolExposure '{raw}' is not one of all, search"))
+        })?;
+        self.store
+            .assistants()
+            .set_tool_exposure(user, assistant, Some(exposure.as_str()))
+            .await?;
+        self.bindings.forget(user, assistant).await;
+        Ok(exposure)
     }
 }

@@ -18,7 +18,8 @@ use super::tool_calls::{ModelToolCall, limit_result_in_place, plan_calls};
 use super::{AssistantTools, Audience, Caller, UpstreamService};
 use crate::config::Settings;
 use crate::confirm::{Confirmations, Waited};
-use crate::domain::{AssistantId, CallOrigin, CallVia, ToolCallStatus, UserId};
+use crate::domain::tool_search::{CALL_TOOL, SEARCH_TOOLS};
+use crate::domain::{AssistantId, CallOrigin, CallVia, ToolCallStatus, ToolExposure, UserId};
 use crate::error::{Error, Resource as Missing, Result};
 use crate::mcp::{CallOutcome, Progress};
 use crate::security::GeneratedKey;
@@ -255,7 +256,7 @@ impl GatewayService {
         let overrides = settings.overrides.clone();
         let key = principal.clone();
         if let Some(view) = self.views.get(&key).await
-            && view.built_from(mode, &catalogs, &governance, &overrides)
+            && view.built_from(mode, settings.exposure, &catalogs, &governance, &overrides)
         {
             return Ok((view.tools.clone(), decider));
         }
@@ -267,6 +268,7 @@ impl GatewayService {
         let separator = self.separator(principal);
         let tools = Arc::new(self.name_tools(
             mode,
+            settings.exposure,
             separator,
             AssistantTools::assemble(catalogs, &decider, Audience::ModelAndApps, &overrides),
         ));
@@ -277,6 +279,7 @@ impl GatewayService {
                     key,
                     Arc::new(ToolView {
                         mode,
+                        exposure: settings.exposure,
                         sources,
                         governance,
                         overrides,
@@ -338,6 +341,19 @@ impl GatewayService {
         app: Option<&str>,
     ) -> Result<CallToolResponse> {
         let (tools, decider) = self.tools_and_rules(principal).await?;
+        // Search mode: the model finds tools with `search_tools` and may call one through
+        // `call_tool`, which is then the call of that tool as any other.
+        let unwrapped;
+        let (name, arguments) = match (app, tools.exposure, name) {
+            (None, ToolExposure::Search, SEARCH_TOOLS) => {
+                return self.search(principal, &tools, arguments.unwrap_or_default());
+            }
+            (None, ToolExposure::Search, CALL_TOOL) => {
+                unwrapped = super::called_through(arguments.unwrap_or_default())?;
+                (unwrapped.0.as_str(), unwrapped.1)
+            }
+            _ => (name, arguments),
+        };
         let (index, origin) = match app {
             Some(view) => (tools.app_tool(view, name)?, principal.origin().from_app()),
             None => match tools.names.get(name) {
@@ -464,5 +480,35 @@ impl GatewayService {
             CallToolResult::success(content)
         };
         Ok(limited(result).into())
+    }
+
+    /// `search_tools` (search mode): the tools a model may call that answer its query, by
+    /// their gateway names, best first.
+    fn search(
+        &self,
+        principal: &GatewayPrincipal,
+        tools: &GatewayTools,
+        arguments: JsonObject,
+    ) -> Result<CallToolResponse> {
+        let search = super::SearchArguments::of(arguments)?;
+        let ranked: Vec<_> = self
+            .upstream
+            .rank_tools(
+                &principal.user,
+                &principal.assistant,
+                Audience::ModelAndApps,
+                &tools.listing,
+                &search.query,
+                usize::MAX,
+            )
+            .into_iter()
+            .filter(|found| {
+                tools.listing.tools[found.position].ui().for_model
+                    && tools.name_at(found.position).is_some()
+            })
+            .take(search.limit)
+            .collect();
+        let found = super::found_tools(&tools.listing, &ranked, |i| tools.name_at(i));
+        Ok(CallToolResult::success(vec![ContentBlock::text(found.to_string())]).into())
     }
 }

@@ -249,6 +249,96 @@ pub fn plan_calls(
         .collect()
 }
 
+/// Where search mode (`toolExposure: search`) plans a model's calls: which assistant's
+/// tools it searches, and the names found so far, which the model is offered from then on.
+pub struct SearchMode<'a> {
+    pub upstream: &'a UpstreamService,
+    pub user: &'a UserId,
+    pub assistant: &'a AssistantId,
+    pub found: &'a mut std::collections::BTreeSet<String>,
+}
+
+/// [`plan_calls`] in search mode: `search_tools` is answered here, `call_tool` becomes
+/// the call of the tool it names (approval and rules key on that tool), and a found
+/// tool called by its own name is planned as usual.
+pub fn plan_search_mode_calls(
+    listing: &AssistantTools,
+    calls: &[ModelToolCall],
+    decider: &CallDecider,
+    search: SearchMode<'_>,
+) -> Vec<ToolCallRecord> {
+    use crate::domain::tool_search::{CALL_TOOL, SEARCH_TOOLS};
+    let mut records: Vec<Option<ToolCallRecord>> = Vec::with_capacity(calls.len());
+    let mut to_plan = Vec::new();
+    for call in calls {
+        let arguments = match object_arguments(call) {
+            Ok(Value::Object(arguments)) => arguments,
+            Ok(_) | Err(_) => {
+                records.push(Some(failed(
+                    call,
+                    call.arguments.clone(),
+                    json!("The arguments are not a JSON object."),
+                )));
+                continue;
+            }
+        };
+        match call.name.as_str() {
+            SEARCH_TOOLS => {
+                let answer = super::SearchArguments::of(arguments.clone()).map(|asked| {
+                    let ranked: Vec<_> = search.upstream.rank_tools(
+                        search.user,
+                        search.assistant,
+                        super::Audience::Model,
+                        listing,
+                        &asked.query,
+                        asked.limit,
+                    );
+                    for found in &ranked {
+                        search
+                            .found
+                            .insert(listing.tools[found.position].name.clone());
+                    }
+                    super::found_tools(listing, &ranked, |i| Some(listing.tools[i].name.as_str()))
+                });
+                records.push(Some(match answer {
+                    Ok(found) => ToolCallRecord {
+                        status: ToolCallStatus::Done,
+                        response: Value::String(found.to_string()),
+                        is_error: false,
+                        ..failed(call, Value::Object(arguments), Value::Null)
+                    },
+                    Err(error) => failed(call, Value::Object(arguments), json!(error.to_string())),
+                }));
+            }
+            CALL_TOOL => match super::called_through(arguments.clone()) {
+                Ok((name, inner)) => {
+                    search.found.insert(name.clone());
+                    records.push(None);
+                    to_plan.push(ModelToolCall {
+                        id: call.id.clone(),
+                        name,
+                        arguments: Value::Object(inner.unwrap_or_default()),
+                    });
+                }
+                Err(error) => records.push(Some(failed(
+                    call,
+                    Value::Object(arguments),
+                    json!(error.to_string()),
+                ))),
+            },
+            _ => {
+                records.push(None);
+                to_plan.push(call.clone());
+            }
+        }
+    }
+    let mut planned = plan_calls(listing, &to_plan, decider).into_iter();
+    records
+        .into_iter()
+        .map(|record| record.or_else(|| planned.next()).expect("a planned call"))
+        .collect()
+}
+
 impl ToolCallService {
     pub fn new(
         store: Store,

@@ -27,9 +27,11 @@ mod connections;
 mod explain;
 mod features;
 mod runtime;
+mod tool_search;
 
 pub use assistant::{AssistantTool, AssistantTools, Audience, ServerCatalog, UnavailableServer};
 pub use connections::{ConnectReport, HealthReport};
+pub use tool_search::{SearchArguments, called_through, checked_limit, checked_query, found_tools};
 
 pub struct ToolCallReport {
     pub outcome: CallOutcome,
@@ -100,6 +102,8 @@ pub struct UpstreamService {
     audit: super::AuditTrail,
     catalog: super::CatalogService,
     policies: super::Policies,
+    /// Each assistant's tool search index, kept while its tools stay the same.
+    tool_indexes: tool_search::ToolIndexes,
 }
 
 impl UpstreamService {
@@ -134,6 +138,7 @@ impl UpstreamService {
             audit,
             catalog,
             policies,
+            tool_indexes: tool_search::ToolIndexes::new(),
         }
     }
 

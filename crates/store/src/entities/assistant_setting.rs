@@ -13,6 +13,8 @@ pub struct Model {
     /// The user's tool overrides (`domain::ToolOverrides`, as a JSON list); NULL: none.
     #[sea_orm(column_type = "JsonBinary", nullable)]
     pub tool_overrides: Option<Json>,
+    /// `all` or `search` (`domain::ToolExposure`); NULL: `all`.
+    pub tool_exposure: Option<String>,
     pub updated_at: DateTimeUtc,
 }
 

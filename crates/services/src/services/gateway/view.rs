@@ -8,8 +8,10 @@ use rmcp::model::Tool;
 use uuid::Uuid;
 
 use super::{GatewayPrincipal, GatewayService};
+use crate::domain::ToolExposure;
 use crate::domain::app_ui;
 use crate::domain::tool_name::{PrefixMode, gateway_names, names_by_mode};
+use crate::domain::tool_search::search_mode_tools;
 use crate::error::{Error, Resource as Missing, Result};
 use crate::services::{AssistantTools, ServerCatalog};
 
@@ -22,6 +24,9 @@ pub struct GatewayTools {
     pub ordered: Vec<String>,
     /// The naming this view was built with.
     pub mode: PrefixMode,
+    /// How the tools are offered: all, or a search over them (`tools/list` then lists
+    /// `search_tools`, `call_tool` and the pinned tools).
+    pub exposure: ToolExposure,
     /// Tools not offered because another server's tool has the same name (`never`):
     /// (server name, tool name).
     pub hidden: Vec<(String, String)>,
@@ -40,26 +45,47 @@ type NamesOfViews = HashMap<(Uuid, String), String>;
 impl GatewayTools {
     /// The tools as an MCP client sees them: each view under its gateway URI; tools only
     /// a view may call only to a client that renders views (`for_apps`).
+    /// In search mode, the model's tools are `search_tools`, `call_tool` and the pinned
+    /// ones (a view's host also gets the tools only views call).
     pub fn tools(&self, for_apps: bool) -> Vec<Tool> {
-        self.ordered
-            .iter()
-            .filter_map(|name| {
-                let listed = &self.listing.tools[self.names[name]];
-                let ui = listed.ui();
-                if !ui.for_model && !for_apps {
-                    return None;
-                }
-                let mut tool = listed.tool.clone();
-                tool.name = name.clone().into();
-                if let Some(uri) = ui.resource_uri
-                    && let Some(gateway_uri) = self.gateway_view(listed.server.server.id, uri)
-                    && let Some(meta) = tool.meta.as_mut()
-                {
-                    app_ui::set_tool_resource_uri(meta, gateway_uri);
-                }
-                Some(tool)
+        let search = self.exposure == ToolExposure::Search;
+        let meta = search.then(|| {
+            search_mode_tools().into_iter().map(|meta| {
+                let schema = match meta.input_schema {
+                    serde_json::Value::Object(schema) => schema,
+                    _ => Default::default(),
+                };
+                Tool::new(meta.name, meta.description, Arc::new(schema))
             })
-            .collect()
+        });
+        let tools = self.ordered.iter().filter_map(|name| {
+            let listed = &self.listing.tools[self.names[name]];
+            let ui = listed.ui();
+            if !ui.for_model && !for_apps {
+                return None;
+            }
+            if search && ui.for_model && !listed.pinned {
+                return None;
+            }
+            let mut tool = listed.tool.clone();
+            tool.name = name.clone().into();
+            if let Some(uri) = ui.resource_uri
+                && let Some(gateway_uri) = self.gateway_view(listed.server.server.id, uri)
+                && let Some(meta) = tool.meta.as_mut()
+            {
+                app_ui::set_tool_resource_uri(meta, gateway_uri);
+            }
+            Some(tool)
+        });
+        meta.into_iter().flatten().chain(tools).collect()
+    }
+
+    /// The gateway name of the tool at `index` of the listing, if it is offered.
+    pub fn name_at(&self, index: usize) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|(_, at)| **at == index)
+            .map(|(name, _)| name.as_str())
     }
 
     /// Whether a tool declares a view (the gateway then offers MCP Apps).
@@ -115,6 +141,7 @@ impl GatewayTools {
 /// Holding the `Arc`s keeps their addresses from being reused while compared.
 pub(super) struct ToolView {
     pub(super) mode: PrefixMode,
+    pub(super) exposure: ToolExposure,
     pub(super) sources: Vec<(Uuid, Option<Sources>)>,
     /// The policy rules' version and the user's attributes it was filtered by.
     pub(super) governance: Governance,
@@ -134,11 +161,13 @@ impl ToolView {
     pub(super) fn built_from(
         &self,
         mode: PrefixMode,
+        exposure: ToolExposure,
         catalogs: &[ServerCatalog],
         governance: &Governance,
         overrides: &Arc<crate::domain::ToolOverrides>,
     ) -> bool {
         self.mode == mode
+            && self.exposure == exposure
             && self.governance == *governance
             && (Arc::ptr_eq(&self.overrides, overrides) || *self.overrides == **overrides)
             && self.sources.len() == catalogs.len()
@@ -185,6 +214,7 @@ impl GatewayService {
     pub(super) fn name_tools(
         &self,
         mode: PrefixMode,
+        exposure: ToolExposure,
         separator: &str,
         listing: AssistantTools,
     ) -> GatewayTools {
@@ -246,6 +276,7 @@ impl GatewayService {
             names,
             ordered,
             mode,
+            exposure,
             hidden,
             views,
             view_names,

@@ -48,7 +48,7 @@ pub struct AssistantTools {
 }
 
 /// Who an assistant's tools are listed for (MCP Apps' `visibility`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Audience {
     /// A model: app-only tools are left out (REST formats, chat, gRPC).
     Model,
@@ -144,6 +144,11 @@ impl AssistantTools {
         }
     }
 
+    /// The tools the user pinned, in the listing's order (search mode offers them).
+    pub fn pinned(&self) -> impl Iterator<Item = &AssistantTool> {
+        self.tools.iter().filter(|t| t.pinned)
+    }
+
     /// The tool a model-facing name stands for, through the name table.
     pub fn resolve(&self, name: &str) -> Option<&AssistantTool> {
         self.table.index_of(name).map(|i| &self.tools[i])
@@ -167,6 +172,15 @@ impl UpstreamService {
             Audience::Model,
             &overrides,
         ))
+    }
+
+    /// How the assistant offers its tools to models (all, or a search over them).
+    pub async fn tool_exposure(
+        &self,
+        user: &UserId,
+        assistant: &AssistantId,
+    ) -> Result<crate::domain::ToolExposure> {
+        Ok(self.bindings.settings(user, assistant).await?.exposure)
     }
 
     /// Each server bound to the assistant (and each global one) with its live runtime and
