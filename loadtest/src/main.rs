@@ -144,6 +144,15 @@ enum Scenario {
         #[arg(long)]
         database: Option<String>,
     },
+    /// Tool search on the labelled set of tests/tool-search (real servers, labelled
+    /// requests): recall@1/5/10 through the REST search, and the tokens of the model's
+    /// tool list with every tool and in search mode; writes the set's tools.json.
+    ToolSearch {
+        /// The set's folder (servers.json, queries.json; its servers installed by
+        /// tests/tool-search/setup.sh).
+        #[arg(long, default_value = "tests/tool-search")]
+        set: std::path::PathBuf,
+    },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
         #[arg(long, default_value_t = 60)]
@@ -222,6 +231,7 @@ async fn main() -> Result<()> {
             samples,
             database,
         } => scenarios::operator_lists::run(users, audit_rows, samples, database, cli.json).await,
+        Scenario::ToolSearch { set } => scenarios::tool_search::run(set, cli.json).await,
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }

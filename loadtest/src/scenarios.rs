@@ -9,3 +9,4 @@ pub mod confirmations;
 pub mod operator_lists;
 pub mod peers;
 pub mod soak;
+pub mod tool_search;
