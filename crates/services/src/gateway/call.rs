@@ -118,6 +118,7 @@ impl GatewayHandler {
                         without_tasks: true,
                         became_task: None,
                         task: None,
+                        decided: None,
                     };
                     let result = service
                         .call(
@@ -185,6 +186,7 @@ impl GatewayHandler {
                 without_tasks: true,
                 became_task: None,
                 task: None,
+                decided: None,
             },
             &cancel,
             self.max_result_bytes,

@@ -377,7 +377,12 @@ impl GatewayService {
             && spec.auto_approve_tools.iter().any(|t| *t == tool.tool.name)
         {
             let server_id = tool.server.server.id.to_string();
-            let caller = Caller { origin, ..caller };
+            // Allowed by the rules just now: the door takes this decision.
+            let caller = Caller {
+                origin,
+                decided: Some(decision),
+                ..caller
+            };
             // Boxed, so that this future (copied into the gateway handler's box) stays small.
             let call = Box::pin(self.upstream_for(principal).call_tool_reporting(
                 &principal.user,

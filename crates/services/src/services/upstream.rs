@@ -64,6 +64,10 @@ pub struct Caller<'a> {
     /// The task the call runs as, if any: a wait for the user's approval is listed among
     /// its input requests.
     pub task: Option<&'a crate::services::TaskHandle>,
+    /// The operator's rules' decision on this very call, made by its door to know whether
+    /// it runs at once (the gateway): an allowing one is taken at the one door instead of
+    /// deciding again; any other is decided again there.
+    pub decided: Option<super::policies::Decision>,
 }
 
 /// What a server may need from a call's user: their authorization (OAuth) and their
@@ -146,6 +150,7 @@ impl UpstreamService {
     /// parked is checked again (a rule may have come since). `require_approval` refuses a
     /// call that cannot wait for approval (REST, gRPC); the other doors parked it already.
     /// An allowed call has its fields redacted in `audit` and is counted by its quotas.
+    #[allow(clippy::too_many_arguments)]
     async fn check_policies(
         &self,
         user: &UserId,
@@ -153,18 +158,28 @@ impl UpstreamService {
         tool: &rmcp::model::Tool,
         arguments: &Value,
         origin: CallOrigin,
+        decided: Option<super::policies::Decision>,
         audit: &mut super::audit::CallAudit,
     ) -> Result<()> {
         if !self.policies.governs_calls() {
             return Ok(());
         }
-        let decider = self.policies.decider(user, origin.via).await?;
-        let decision = decider.decide(server, tool, Some(arguments));
+        let (decision, decider) = match decided
+            .filter(|decision| !decision.is_denied() && !decision.requires_approval())
+        {
+            Some(allowed) => (allowed, None),
+            None => {
+                let decider = self.policies.decider(user, origin.via).await?;
+                (decider.decide(server, tool, Some(arguments)), Some(decider))
+            }
+        };
         if !decision.redact.is_empty() {
             audit.redact(&decision.redact, arguments);
         }
         let cannot_wait = matches!(origin.via, CallVia::Rest | CallVia::Grpc);
-        if decision.is_denied() || (decision.requires_approval() && cannot_wait) {
+        if let Some(decider) = decider
+            && (decision.is_denied() || (decision.requires_approval() && cannot_wait))
+        {
             return Err(decider
                 .refusal(&decision)
                 .expect("a deciding rule is named"));
@@ -381,6 +396,7 @@ impl UpstreamService {
             timeout,
             without_tasks,
             became_task,
+            decided,
             ..
         } = caller;
         let spec = &lease.runtime.server.spec;
@@ -420,6 +436,7 @@ impl UpstreamService {
             listed,
             &arguments,
             origin,
+            decided,
             audit,
         )
         .await?;
