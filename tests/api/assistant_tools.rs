@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use crate::helpers::spawn_pool_app;
 use crate::upstreams::{HttpUpstream, fixture_preset};
 
-fn names(body: &Value, pointer: &str) -> Vec<String> {
+/// The name at `pointer` of each tool of a listing's `tools`.
+pub(crate) fn names(body: &Value, pointer: &str) -> Vec<String> {
     body["tools"]
         .as_array()
         .unwrap()

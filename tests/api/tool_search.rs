@@ -7,6 +7,7 @@ use reqwest::{Method, StatusCode};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
+use crate::assistant_tools::names;
 use crate::chat::{ChatStream, chat_app, chat_body, tool_messages};
 use crate::gateway::connect;
 use crate::helpers::{TestApp, spawn_pool_app};
@@ -34,21 +35,7 @@ async fn found(app: &TestApp, query: &str) -> Vec<String> {
     let reply = app.user("u", Method::GET, &path, None).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["query"], query.trim(), "{}", reply.text);
-    names(&reply.body["tools"], "/function/name")
-}
-
-fn names(tools: &Value, pointer: &str) -> Vec<String> {
-    tools
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            t.pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
+    names(&reply.body, "/function/name")
 }
 
 fn urlencoding(text: &str) -> String {
@@ -101,7 +88,7 @@ async fn a_search_ranks_the_assistants_tools_in_every_format_within_the_limit() 
         .await;
     assert_eq!(one.status, StatusCode::OK, "{}", one.text);
     assert_eq!(
-        names(&one.body["tools"], "/name"),
+        names(&one.body, "/name"),
         ["mcp__ev__gzip-file-as-resource"]
     );
     assert!(
@@ -117,10 +104,7 @@ async fn a_search_ranks_the_assistants_tools_in_every_format_within_the_limit() 
             None,
         )
         .await;
-    assert_eq!(
-        names(&mcp.body["tools"], "/name")[0],
-        "mcp__ev__get-tiny-image"
-    );
+    assert_eq!(names(&mcp.body, "/name")[0], "mcp__ev__get-tiny-image");
     assert!(
         mcp.body["tools"][0]["inputSchema"].is_object(),
         "{}",
@@ -211,7 +195,7 @@ async fn set_exposure(app: &TestApp, exposure: &str) -> crate::helpers::Reply {
 /// The tools a search-mode `search_tools` answer names.
 fn found_names(answer: &str) -> Vec<String> {
     let found: Value = serde_json::from_str(answer).expect("search_tools answers JSON");
-    names(&found["tools"], "/name")
+    names(&found, "/name")
 }
 
 #[tokio::test]
@@ -338,7 +322,7 @@ async fn in_search_mode_the_agent_loop_offers_search_then_the_found_tool() {
     assert_eq!(done["toolCalls"][1]["response"][0]["text"], "two steps");
 
     let requests = llm.requests();
-    let offered = |request: &Value| names(&request["tools"], "/function/name");
+    let offered = |request: &Value| names(request, "/function/name");
     // First round: the two search tools only (nothing pinned).
     assert_eq!(offered(&requests[0]), ["search_tools", "call_tool"]);
     // Second: the search's answer went back, and the tools it found are offered.
