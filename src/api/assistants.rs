@@ -109,6 +109,7 @@ async fn tools(
                 text,
                 *limit,
             )
+            .await?
             .into_iter()
             .map(|found| &listing.tools[found.position])
             .collect(),

@@ -56,6 +56,44 @@ fn config_check_accepts_the_defaults_and_names_a_bad_key() {
 }
 
 #[test]
+fn a_tool_search_model_that_cannot_be_read_stops_the_service_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tempfile::tempdir().unwrap();
+    let serve = |model: &std::path::Path| {
+        mcp_pool(dir.path())
+            .arg("serve")
+            .env("MCP_POOL__SERVER__PORT", "0")
+            .env("MCP_POOL__GRPC__PORT", "0")
+            .env("MCP_POOL__TOOL_SEARCH__MODEL_DIR", model)
+            .output()
+            .unwrap()
+    };
+    // No model in the directory: refused with the configuration.
+    let empty = serve(model.path());
+    assert!(!empty.status.success());
+    let stderr = String::from_utf8_lossy(&empty.stderr);
+    assert!(
+        stderr.contains("tool_search.model_dir") && stderr.contains("sp.model"),
+        "{stderr}"
+    );
+    // Files that are not the model: refused when it is loaded, in words.
+    std::fs::write(model.path().join("sp.model"), b"not a model").unwrap();
+    std::fs::write(model.path().join("weights.npz"), b"nor weights").unwrap();
+    let broken = serve(model.path());
+    assert!(!broken.status.success());
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    let failed = stderr
+        .lines()
+        .find(|line| line.contains("start-up failed"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        failed.contains("sp.model") && failed.contains("not a SentencePiece model"),
+        "{failed}"
+    );
+    assert!(!failed.contains("::"), "{failed}");
+}
+
+#[test]
 fn migrate_and_keys_create_work_on_the_embedded_database() {
     let dir = tempfile::tempdir().unwrap();
     let migrate = mcp_pool(dir.path()).arg("migrate").output().unwrap();

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::assistant_tools::names;
 use crate::chat::{ChatStream, chat_app, chat_body, tool_messages};
 use crate::gateway::connect;
-use crate::helpers::{TestApp, spawn_pool_app};
+use crate::helpers::{TestApp, spawn_pool_app, spawn_pool_app_with};
 use crate::llm_script::{ScriptedLlm, openai_text, openai_tool_calls};
 use crate::upstreams::{eventually, everything_preset};
 
@@ -140,6 +140,83 @@ async fn a_search_ranks_the_assistants_tools_in_every_format_within_the_limit() 
         );
         assert!(refused.text.contains(words), "{query}: {}", refused.text);
     }
+}
+
+/// The sentence encoder tests/setup.sh installs (README, "Tool search").
+fn model_dir() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/models/use-multilingual-v3"
+    )
+    .to_owned()
+}
+
+/// Requests in Chinese, sharing no word with any tool, and the tool each asks for.
+const CHINESE_REQUESTS: [(&str, &str); 4] = [
+    ("压缩一个文件", "mcp__ev__gzip-file-as-resource"),
+    ("服务器的进程号是多少", "mcp__fx__pid"),
+    ("等待几毫秒", "mcp__fx__slow"),
+    ("返回一张很小的图片", "mcp__ev__get-tiny-image"),
+];
+
+#[tokio::test]
+async fn with_the_sentence_encoder_a_request_in_another_language_finds_its_tool() {
+    // Words alone (the default): the Chinese requests do not find their tools.
+    let lexical = spawn_pool_app().await;
+    two_servers(&lexical).await;
+    for (query, tool) in CHINESE_REQUESTS {
+        let ranked = found(&lexical, query).await;
+        assert_ne!(
+            ranked.first().map(String::as_str),
+            Some(tool),
+            "{query}: {ranked:?}"
+        );
+    }
+
+    let app = spawn_pool_app_with(|settings| settings.tool_search.model_dir = model_dir()).await;
+    two_servers(&app).await;
+    for (query, tool) in CHINESE_REQUESTS {
+        let ranked = found(&app, query).await;
+        assert_eq!(
+            ranked.first().map(String::as_str),
+            Some(tool),
+            "{query}: {ranked:?}"
+        );
+    }
+    // English requests still find theirs, the words keeping the tool that names them on top.
+    for (query, tool) in [
+        (
+            "compress a file with gzip",
+            "mcp__ev__gzip-file-as-resource",
+        ),
+        ("the sum of two numbers", "mcp__ev__get-sum"),
+        ("sleep for some milliseconds", "mcp__fx__slow"),
+    ] {
+        let ranked = found(&app, query).await;
+        assert_eq!(
+            ranked.first().map(String::as_str),
+            Some(tool),
+            "{query}: {ranked:?}"
+        );
+    }
+    // By meaning every tool has a place: a request no tool speaks of still gets the
+    // limit's worth, the nearest first.
+    assert_eq!(found(&app, "quantum chromodynamics").await.len(), 10);
+
+    // Through the gateway in search mode too: `search_tools` finds by meaning.
+    let exposure = set_exposure(&app, "search").await;
+    assert_eq!(exposure.status, StatusCode::OK, "{}", exposure.text);
+    let token = app.gateway_token("u", "a1").await;
+    let client = connect(&app, "a1", &token).await;
+    let mut search = CallToolRequestParams::new("search_tools");
+    search.arguments = json!({"query": "返回一张很小的图片", "limit": 3})
+        .as_object()
+        .cloned();
+    let answer = client.call_tool(search).await.unwrap();
+    let text = answer.content[0].as_text().unwrap().text.clone();
+    let tools: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(tools["tools"][0]["name"], "ev__get-tiny-image", "{text}");
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]

@@ -49,6 +49,24 @@ pub struct Settings {
     pub tasks: TaskSettings,
     pub audit: AuditSettings,
     pub catalog: CatalogSettings,
+    pub tool_search: ToolSearchSettings,
+}
+
+/// Tool search (see `domain::tool_search`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSearchSettings {
+    /// A directory holding the sentence encoder (`sp.model`, `weights.npz`); empty ranks
+    /// by words alone (BM25).
+    pub model_dir: String,
+}
+
+impl ToolSearchSettings {
+    /// The sentence encoder's directory, if one is configured.
+    pub fn model_dir(&self) -> Option<&Path> {
+        let dir = self.model_dir.trim();
+        (!dir.is_empty()).then(|| Path::new(dir))
+    }
 }
 
 /// The server catalog (see `services::catalog`).
@@ -430,6 +448,16 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(dir) = self.tool_search.model_dir() {
+            for file in ["sp.model", "weights.npz"] {
+                if !dir.join(file).is_file() {
+                    return Err(ConfigError::Invalid {
+                        key: "tool_search.model_dir",
+                        reason: format!("{} holds no {file}", dir.display()),
+                    });
+                }
+            }
+        }
         let positive: [(&'static str, u64); 37] = [
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),

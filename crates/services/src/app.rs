@@ -132,7 +132,8 @@ impl Services {
                 catalog: catalog.clone(),
                 policies: policies.clone(),
             },
-        );
+        )
+        .await?;
         let confirmations = Confirmations::start(ConfirmDeps {
             store: store.clone(),
             events: events.clone(),

@@ -6,9 +6,32 @@
 //! (`create_issue`, `listPullRequests`), so they are split into words first; the words
 //! are then lower-cased, stemmed (English) and stripped of stop words by the crate's
 //! tokenizer, which also spells other scripts in ASCII (Chinese as pinyin syllables).
+//!
+//! With a sentence encoder configured (`tool_search.model_dir`), the ranking is hybrid:
+//! each tool also has a vector for what it does ([`encoder`]), and a tool's score is BM25's,
+//! scaled to the best match, weighted [`LEXICAL_WEIGHT`], plus the cosine of its vector and
+//! the query's, scaled between the query's worst and best, weighted the rest. Meaning
+//! finds the tool a request paraphrases or asks for in another language; the words keep
+//! the tool that names what is asked on top.
+
+mod encoder;
+mod npz;
+mod sentencepiece;
+
+use std::sync::Arc;
 
 use bm25::{DefaultTokenizer, Embedder, EmbedderBuilder, Scorer, Tokenizer};
 use serde_json::{Map, Value};
+
+pub use encoder::{DIMENSIONS, ModelError, SentenceEncoder};
+
+/// BM25's share of a hybrid score: chosen on the labelled set (`tests/tool-search`), where
+/// it was the best weight on either half of the requests, tuned on one and checked on the
+/// other.
+pub const LEXICAL_WEIGHT: f32 = 0.3;
+/// How much of a description the meaning of a tool is read from: its first paragraph,
+/// cut here. Long manuals drown the one sentence that says what the tool does.
+const MEANING_DESCRIPTION_CHARS: usize = 400;
 
 /// How an assistant offers its tools to a model: every one, or a search over them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -125,6 +148,38 @@ impl ToolDocument<'_> {
         }
         text
     }
+
+    /// What the sentence encoder reads of the tool: `server: name words (title): the
+    /// description's first paragraph`, then its parameters' names as words.
+    pub fn meaning_text(&self) -> String {
+        let mut text = format!(
+            "{}: {}",
+            self.server,
+            split_identifiers(self.name).to_lowercase()
+        );
+        for also in [self.title, self.alias].into_iter().flatten() {
+            text.push_str(&format!(" ({also})"));
+        }
+        let description = self.description.unwrap_or("").trim();
+        let first: String = description
+            .split("\n\n")
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(MEANING_DESCRIPTION_CHARS)
+            .collect();
+        text.push_str(": ");
+        text.push_str(&first);
+        text.push_str("\nParameters: ");
+        if let Some(Value::Object(properties)) = self.input_schema.get("properties") {
+            let names: Vec<String> = properties
+                .keys()
+                .map(|name| split_identifiers(name).to_lowercase())
+                .collect();
+            text.push_str(&names.join(", "));
+        }
+        text
+    }
 }
 
 /// A tool's place in the list the index was built from, and how well it answers a query.
@@ -139,6 +194,8 @@ pub struct ToolIndex {
     embedder: Embedder<u32, WordTokenizer>,
     scorer: Scorer<usize, u32>,
     len: usize,
+    /// Each tool's vector ([`ToolDocument::meaning_text`] encoded), when ranking is hybrid.
+    meanings: Option<Vec<Arc<[f32]>>>,
 }
 
 impl ToolIndex {
@@ -159,7 +216,20 @@ impl ToolIndex {
             embedder,
             scorer,
             len: texts.len(),
+            meanings: None,
         }
+    }
+
+    /// Makes the ranking hybrid: `meanings` are the tools' vectors, in the order built.
+    pub fn with_meanings(mut self, meanings: Vec<Arc<[f32]>>) -> Self {
+        assert_eq!(meanings.len(), self.len, "one vector per tool");
+        self.meanings = Some(meanings);
+        self
+    }
+
+    /// Whether [`ToolIndex::rank`] uses meaning as well as words.
+    pub fn is_hybrid(&self) -> bool {
+        self.meanings.is_some()
     }
 
     /// How many tools are indexed.
@@ -171,18 +241,22 @@ impl ToolIndex {
         self.len == 0
     }
 
-    /// The `limit` tools that answer `query` best, best first; a tool sharing no word with
-    /// the query is not among them. Equal scores keep the list's order.
-    pub fn rank(&self, query: &str, limit: usize) -> Vec<Ranked> {
-        let mut ranked: Vec<Ranked> = self
-            .scorer
-            .matches(&self.embedder.embed(query))
-            .into_iter()
-            .map(|scored| Ranked {
-                position: scored.id,
-                score: scored.score,
-            })
-            .collect();
+    /// The `limit` tools that answer `query` best, best first; equal scores keep the list's
+    /// order. With the query's vector (`meaning`) and a hybrid index, every tool has a
+    /// score; by words alone, a tool sharing no word with the query is not among them.
+    pub fn rank(&self, query: &str, meaning: Option<&[f32]>, limit: usize) -> Vec<Ranked> {
+        let mut ranked: Vec<Ranked> = match (meaning, &self.meanings) {
+            (Some(meaning), Some(meanings)) => self.hybrid(query, meaning, meanings),
+            _ => self
+                .scorer
+                .matches(&self.embedder.embed(query))
+                .into_iter()
+                .map(|scored| Ranked {
+                    position: scored.id,
+                    score: scored.score,
+                })
+                .collect(),
+        };
         ranked.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
@@ -191,6 +265,59 @@ impl ToolIndex {
         ranked.truncate(limit);
         ranked
     }
+
+    fn hybrid(&self, query: &str, meaning: &[f32], meanings: &[Arc<[f32]>]) -> Vec<Ranked> {
+        // Chinese spelled as pinyin only adds noise to the words of English tools; the
+        // meaning carries a Chinese request.
+        let words = without_cjk(query);
+        let mut lexical = vec![0f32; self.len];
+        for scored in self.scorer.matches(&self.embedder.embed(&words)) {
+            lexical[scored.id] = scored.score;
+        }
+        let best_lexical = lexical.iter().copied().fold(0f32, f32::max);
+        let cosines: Vec<f32> = meanings
+            .iter()
+            .map(|tool| encoder::similarity(meaning, tool))
+            .collect();
+        let lowest = cosines.iter().copied().fold(f32::INFINITY, f32::min);
+        let highest = cosines.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let spread = if highest > lowest {
+            highest - lowest
+        } else {
+            1.0
+        };
+        lexical
+            .iter()
+            .zip(&cosines)
+            .enumerate()
+            .map(|(position, (&lexical, &cosine))| {
+                let lexical = if best_lexical > 0.0 {
+                    lexical / best_lexical
+                } else {
+                    0.0
+                };
+                Ranked {
+                    position,
+                    score: LEXICAL_WEIGHT * lexical
+                        + (1.0 - LEXICAL_WEIGHT) * (cosine - lowest) / spread,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `text` with its Chinese, Japanese and Korean characters (and their punctuation) blanked.
+fn without_cjk(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\u{3000}'..='\u{303f}'
+            | '\u{3400}'..='\u{4dbf}'
+            | '\u{4e00}'..='\u{9fff}'
+            | '\u{f900}'..='\u{faff}'
+            | '\u{ff00}'..='\u{ffef}' => ' ',
+            c => c,
+        })
+        .collect()
 }
 
 /// The crate's English tokenizer, given identifiers split into their words.
@@ -256,7 +383,7 @@ mod tests {
     }
 
     fn best(index: &ToolIndex, query: &str) -> Option<usize> {
-        index.rank(query, 1).first().map(|r| r.position)
+        index.rank(query, None, 1).first().map(|r| r.position)
     }
 
     #[test]
@@ -306,7 +433,7 @@ mod tests {
         // A parameter's description is searched too.
         assert_eq!(best(&index, "scrollable"), Some(2));
         // Nothing shares a word with it: no tool.
-        assert!(index.rank("quantum chromodynamics", 5).is_empty());
+        assert!(index.rank("quantum chromodynamics", None, 5).is_empty());
     }
 
     #[test]
@@ -316,12 +443,61 @@ mod tests {
             ("b", "beta", "send a message", json!({})),
             ("c", "gamma", "send a message", json!({})),
         ]);
-        let ranked = index.rank("message", 2);
+        let ranked = index.rank("message", None, 2);
         assert_eq!(
             ranked.iter().map(|r| r.position).collect::<Vec<_>>(),
             [0, 1]
         );
         assert_eq!(index.len(), 3);
+    }
+
+    #[test]
+    fn with_meanings_the_tool_meant_ranks_first_even_without_a_shared_word() {
+        let (index, _) = index(&[
+            ("chat", "post", "send a message", json!({})),
+            ("weather", "forecast", "tomorrow's rain and sun", json!({})),
+            ("files", "remove", "delete a file", json!({})),
+        ]);
+        assert!(!index.is_hybrid());
+        let index = index.with_meanings(vec![
+            vec![1.0, 0.0].into(),
+            vec![0.0, 1.0].into(),
+            vec![-1.0, 0.0].into(),
+        ]);
+        assert!(index.is_hybrid());
+        let positions = |ranked: Vec<Ranked>| ranked.iter().map(|r| r.position).collect::<Vec<_>>();
+        // "message" is chat's word, but the query means the weather.
+        assert_eq!(
+            positions(index.rank("message", Some(&[0.0, 1.0]), 3)),
+            [1, 0, 2]
+        );
+        // Without the query's vector: words alone, and only the tool sharing one.
+        assert_eq!(positions(index.rank("message", None, 3)), [0]);
+        // No word in common: meaning alone orders every tool.
+        assert_eq!(
+            positions(index.rank("will it rain", Some(&[0.0, 1.0]), 2)),
+            [1, 0]
+        );
+        // Chinese characters are left to the meaning (their pinyin would match nothing).
+        assert_eq!(without_cjk("删除 file。Ünï"), "   file Ünï");
+    }
+
+    #[test]
+    fn the_meaning_text_is_the_name_in_words_the_first_paragraph_and_the_parameters() {
+        let schema = schema(json!({"properties": {"pullNumber": {}, "repo_name": {}}}));
+        let long = format!("Gets a pull request.\n\nDetails: {}", "x".repeat(500));
+        let document = ToolDocument {
+            server: "github",
+            name: "get_pull_request",
+            alias: Some("pr"),
+            title: Some("Get PR"),
+            description: Some(&long),
+            input_schema: &schema,
+        };
+        assert_eq!(
+            document.meaning_text(),
+            "github: get pull request (Get PR) (pr): Gets a pull request.\nParameters: pull number, repo name"
+        );
     }
 
     #[test]

@@ -279,17 +279,20 @@ impl PreparedTurn {
                 .decider(&setup.user, crate::domain::CallVia::Chat)
                 .await?;
             let mut records = match found.as_mut() {
-                Some(found) => plan_search_mode_calls(
-                    &listing,
-                    &calls,
-                    &decider,
-                    SearchMode {
-                        upstream: &service.upstream,
-                        user: &setup.user,
-                        assistant: &setup.assistant,
-                        found,
-                    },
-                ),
+                Some(found) => {
+                    plan_search_mode_calls(
+                        &listing,
+                        &calls,
+                        &decider,
+                        SearchMode {
+                            upstream: &service.upstream,
+                            user: &setup.user,
+                            assistant: &setup.assistant,
+                            found,
+                        },
+                    )
+                    .await
+                }
                 None => plan_calls(&listing, &calls, &decider),
             };
             if last_round {

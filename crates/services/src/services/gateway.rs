@@ -346,7 +346,9 @@ impl GatewayService {
         let unwrapped;
         let (name, arguments) = match (app, tools.exposure, name) {
             (None, ToolExposure::Search, SEARCH_TOOLS) => {
-                return self.search(principal, &tools, arguments.unwrap_or_default());
+                return self
+                    .search(principal, &tools, arguments.unwrap_or_default())
+                    .await;
             }
             (None, ToolExposure::Search, CALL_TOOL) => {
                 unwrapped = super::called_through(arguments.unwrap_or_default())?;
@@ -489,7 +491,7 @@ impl GatewayService {
 
     /// `search_tools` (search mode): the tools a model may call that answer its query, by
     /// their gateway names, best first.
-    fn search(
+    async fn search(
         &self,
         principal: &GatewayPrincipal,
         tools: &GatewayTools,
@@ -506,6 +508,7 @@ impl GatewayService {
                 &search.query,
                 usize::MAX,
             )
+            .await?
             .into_iter()
             .filter(|found| {
                 tools.listing.tools[found.position].ui().for_model

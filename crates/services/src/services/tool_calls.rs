@@ -261,7 +261,7 @@ pub struct SearchMode<'a> {
 /// [`plan_calls`] in search mode: `search_tools` is answered here, `call_tool` becomes
 /// the call of the tool it names (approval and rules key on that tool), and a found
 /// tool called by its own name is planned as usual.
-pub fn plan_search_mode_calls(
+pub async fn plan_search_mode_calls(
     listing: &AssistantTools,
     calls: &[ModelToolCall],
     decider: &CallDecider,
@@ -284,22 +284,30 @@ pub fn plan_search_mode_calls(
         };
         match call.name.as_str() {
             SEARCH_TOOLS => {
-                let answer = super::SearchArguments::of(arguments.clone()).map(|asked| {
-                    let ranked: Vec<_> = search.upstream.rank_tools(
-                        search.user,
-                        search.assistant,
-                        super::Audience::Model,
-                        listing,
-                        &asked.query,
-                        asked.limit,
-                    );
-                    for found in &ranked {
-                        search
-                            .found
-                            .insert(listing.tools[found.position].name.clone());
-                    }
-                    super::found_tools(listing, &ranked, |i| Some(listing.tools[i].name.as_str()))
-                });
+                let answer = match super::SearchArguments::of(arguments.clone()) {
+                    Ok(asked) => search
+                        .upstream
+                        .rank_tools(
+                            search.user,
+                            search.assistant,
+                            super::Audience::Model,
+                            listing,
+                            &asked.query,
+                            asked.limit,
+                        )
+                        .await
+                        .map(|ranked| {
+                            for found in &ranked {
+                                search
+                                    .found
+                                    .insert(listing.tools[found.position].name.clone());
+                            }
+                            super::found_tools(listing, &ranked, |i| {
+                                Some(listing.tools[i].name.as_str())
+                            })
+                        }),
+                    Err(error) => Err(error),
+                };
                 records.push(Some(match answer {
                     Ok(found) => ToolCallRecord {
                         status: ToolCallStatus::Done,

@@ -111,7 +111,7 @@ pub struct UpstreamService {
 }
 
 impl UpstreamService {
-    pub fn new(
+    pub async fn new(
         store: Store,
         settings: Arc<Settings>,
         http: Arc<crate::mcp::UpstreamHttp>,
@@ -119,7 +119,7 @@ impl UpstreamService {
         globals: Arc<GlobalServers>,
         bindings: BindingCache,
         user_facing: UserFacing,
-    ) -> Self {
+    ) -> Result<Self> {
         let UserFacing {
             oauth,
             elicitations,
@@ -128,7 +128,8 @@ impl UpstreamService {
             catalog,
             policies,
         } = user_facing;
-        Self {
+        let tool_indexes = tool_search::ToolIndexes::new(settings.tool_search.model_dir()).await?;
+        Ok(Self {
             store,
             settings,
             pool,
@@ -142,8 +143,8 @@ impl UpstreamService {
             audit,
             catalog,
             policies,
-            tool_indexes: tool_search::ToolIndexes::new(),
-        }
+            tool_indexes,
+        })
     }
 
     /// The operator's rules on a call about to run, on every path: a call approved while

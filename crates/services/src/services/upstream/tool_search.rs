@@ -1,6 +1,11 @@
 //! Tool search: an assistant's tools ranked against a query (`domain::tool_search`). Each
 //! assistant's index is kept while its tools stay the same, and built again on the first
 //! search after they change (a `list_changed`, a binding, a rule or the user's curation).
+//!
+//! With a sentence encoder configured, each tool's vector is kept by the text it was
+//! encoded from, so a tool shared by many users' servers (the same GitHub server for
+//! everyone) is encoded once, and an index rebuilt after one server changed encodes only
+//! that server's tools. Encoding runs on the blocking pool, off the async workers.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -11,7 +16,9 @@ use serde_json::{Value, json};
 use super::{AssistantTools, Audience, UpstreamService};
 use rmcp::model::JsonObject;
 
-use crate::domain::tool_search::{DEFAULT_SEARCH_RESULTS, Ranked, ToolDocument, ToolIndex};
+use crate::domain::tool_search::{
+    DEFAULT_SEARCH_RESULTS, Ranked, SentenceEncoder, ToolDocument, ToolIndex,
+};
 use crate::domain::{AssistantId, UserId};
 use crate::error::{Error, Result};
 
@@ -24,6 +31,58 @@ pub const MAX_RESULTS: usize = 100;
 #[derive(Clone)]
 pub(crate) struct ToolIndexes {
     kept: moka::sync::Cache<(UserId, AssistantId, Audience), Arc<KeptIndex>>,
+    meanings: Option<Meanings>,
+}
+
+/// The sentence encoder and the vectors it made, by the text each was made from.
+#[derive(Clone)]
+struct Meanings {
+    encoder: Arc<SentenceEncoder>,
+    by_text: moka::sync::Cache<String, Arc<[f32]>>,
+}
+
+impl Meanings {
+    /// The vectors of `texts`, in order: those kept, and the others encoded at once.
+    async fn of(&self, texts: Vec<String>) -> Result<Vec<Arc<[f32]>>> {
+        let missing: Vec<String> = texts
+            .iter()
+            .filter(|text| !self.by_text.contains_key(*text))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            let encoder = self.encoder.clone();
+            let encoded = tokio::task::spawn_blocking(move || {
+                missing
+                    .into_iter()
+                    .map(|text| {
+                        let vector: Arc<[f32]> = encoder.encode(&text).into();
+                        (text, vector)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|error| anyhow::anyhow!("encoding the tools for search failed: {error}"))?;
+            for (text, vector) in encoded {
+                self.by_text.insert(text, vector);
+            }
+        }
+        Ok(texts
+            .into_iter()
+            .map(|text| match self.by_text.get(&text) {
+                Some(vector) => vector,
+                // Evicted meanwhile (a cache far smaller than one listing): encode again.
+                None => self.encoder.encode(&text).into(),
+            })
+            .collect())
+    }
+
+    async fn of_query(&self, query: &str) -> Result<Vec<f32>> {
+        let encoder = self.encoder.clone();
+        let query = query.to_owned();
+        Ok(tokio::task::spawn_blocking(move || encoder.encode(&query))
+            .await
+            .map_err(|error| anyhow::anyhow!("encoding the search query failed: {error}"))?)
+    }
 }
 
 struct KeptIndex {
@@ -32,15 +91,36 @@ struct KeptIndex {
     index: ToolIndex,
 }
 
+/// Tools' vectors kept: 2 KiB each, so about 200 MiB at most.
+const KEPT_VECTORS: u64 = 100_000;
+
 impl ToolIndexes {
-    pub(crate) fn new() -> Self {
-        ToolIndexes {
+    /// Loads the sentence encoder from `model_dir`, if one is configured.
+    pub(crate) async fn new(model_dir: Option<&std::path::Path>) -> Result<Self> {
+        let meanings = match model_dir {
+            None => None,
+            Some(dir) => {
+                let dir = dir.to_owned();
+                let encoder = tokio::task::spawn_blocking(move || SentenceEncoder::load(&dir))
+                    .await
+                    .map_err(|error| anyhow::anyhow!("loading the tool search model: {error}"))?
+                    .map_err(anyhow::Error::from)?;
+                Some(Meanings {
+                    encoder: Arc::new(encoder),
+                    by_text: moka::sync::Cache::builder()
+                        .max_capacity(KEPT_VECTORS)
+                        .build(),
+                })
+            }
+        };
+        Ok(ToolIndexes {
             kept: moka::sync::Cache::builder()
                 .max_capacity(10_000)
                 // An assistant nobody searches for an hour gives its memory back.
                 .time_to_idle(Duration::from_secs(3_600))
                 .build(),
-        }
+            meanings,
+        })
     }
 }
 
@@ -88,22 +168,22 @@ impl AssistantTools {
         hasher.finish()
     }
 
-    fn index(&self) -> ToolIndex {
-        ToolIndex::build(self.tools.iter().map(|tool| ToolDocument {
+    fn documents(&self) -> impl Iterator<Item = ToolDocument<'_>> {
+        self.tools.iter().map(|tool| ToolDocument {
             server: tool.server.server.spec.name.as_str(),
             name: &tool.tool.name,
             alias: tool.alias.as_deref(),
             title: tool.tool.title.as_deref(),
             description: tool.tool.description.as_deref(),
             input_schema: &tool.tool.input_schema,
-        }))
+        })
     }
 }
 
 impl UpstreamService {
     /// The `limit` tools of `listing` (the assistant's, listed for `audience`) that answer
     /// `query` best, best first, by their place in `listing.tools`.
-    pub fn rank_tools(
+    pub async fn rank_tools(
         &self,
         user: &UserId,
         assistant: &AssistantId,
@@ -111,21 +191,28 @@ impl UpstreamService {
         listing: &AssistantTools,
         query: &str,
         limit: usize,
-    ) -> Vec<Ranked> {
+    ) -> Result<Vec<Ranked>> {
+        let indexes = &self.tool_indexes;
         let fingerprint = listing.fingerprint();
         let key = (user.clone(), assistant.clone(), audience);
-        let kept = match self.tool_indexes.kept.get(&key) {
+        let kept = match indexes.kept.get(&key) {
             Some(kept) if kept.fingerprint == fingerprint => kept,
             _ => {
-                let kept = Arc::new(KeptIndex {
-                    fingerprint,
-                    index: listing.index(),
-                });
-                self.tool_indexes.kept.insert(key, kept.clone());
+                let mut index = ToolIndex::build(listing.documents());
+                if let Some(meanings) = &indexes.meanings {
+                    let texts = listing.documents().map(|d| d.meaning_text()).collect();
+                    index = index.with_meanings(meanings.of(texts).await?);
+                }
+                let kept = Arc::new(KeptIndex { fingerprint, index });
+                indexes.kept.insert(key, kept.clone());
                 kept
             }
         };
-        kept.index.rank(query, limit)
+        let meaning = match &indexes.meanings {
+            Some(meanings) if !kept.index.is_empty() => Some(meanings.of_query(query).await?),
+            _ => None,
+        };
+        Ok(kept.index.rank(query, meaning.as_deref(), limit))
     }
 }
 
