@@ -16,7 +16,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use mcp_pool::agent::prompt_mode::{parse_lenient, parse_reply};
 use mcp_pool::config::PoolSettings;
 use mcp_pool::domain::tool_name::{ToolNameTable, ToolRef, display_name};
-use mcp_pool::domain::tool_search::{ToolDocument, ToolIndex};
+use mcp_pool::domain::tool_search::{SentenceEncoder, ToolDocument, ToolIndex};
 use mcp_pool::domain::{EmbeddedKind, McpServer, ServerName, ServerSpec, Transport, UserId};
 use mcp_pool::mcp::{UpstreamHttp, UpstreamSpec, UpstreamTransport};
 use mcp_pool::pool::{ConnectionKey, Pool, ServerRuntime, ToolCatalog};
@@ -395,6 +395,61 @@ fn tool_search(c: &mut Criterion) {
         took[took.len() / 2],
         took[took.len() * 99 / 100],
         took[took.len() - 1]
+    );
+
+    // Hybrid ranking, with the sentence encoder tests/setup.sh installs.
+    let model =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/use-multilingual-v3");
+    let encoder = match SentenceEncoder::load(&model) {
+        Ok(encoder) => encoder,
+        Err(error) => {
+            eprintln!("tool_search: no hybrid figures ({error}); run tests/setup.sh");
+            return;
+        }
+    };
+    let started = std::time::Instant::now();
+    let vectors: Vec<Arc<[f32]>> = documents()
+        .map(|document| encoder.encode(&document.meaning_text()).into())
+        .collect();
+    eprintln!(
+        "tool_search/encode_1000_tools: {:?} ({:?} a tool)",
+        started.elapsed(),
+        started.elapsed() / 1_000
+    );
+    let hybrid = ToolIndex::build(documents()).with_meanings(vectors);
+    let meaning = encoder.encode(query);
+    c.bench_function("tool_search/encode_query", |b| {
+        b.iter(|| encoder.encode(black_box(query)))
+    });
+    c.bench_function("tool_search/rank_1000_hybrid", |b| {
+        b.iter(|| hybrid.rank(black_box(query), Some(&meaning), 10))
+    });
+    let mut took: Vec<Duration> = (0..20_000)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            black_box(hybrid.rank(black_box(query), Some(&meaning), 10));
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "tool_search/rank_1000_hybrid, one query at a time: p50 {:?}, p99 {:?}, max {:?}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1]
+    );
+    let mut took: Vec<Duration> = (0..2_000)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            black_box(encoder.encode(black_box(query)));
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "tool_search/encode_query, one at a time: p50 {:?}, p99 {:?}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100]
     );
 }
 

@@ -152,6 +152,10 @@ enum Scenario {
         /// tests/tool-search/setup.sh).
         #[arg(long, default_value = "tests/tool-search")]
         set: std::path::PathBuf,
+        /// Ranks by meaning too, with the sentence encoder in this folder (the service's
+        /// `tool_search.model_dir`; tests/setup.sh installs one in tests/models).
+        #[arg(long)]
+        model_dir: Option<String>,
     },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
@@ -231,7 +235,9 @@ async fn main() -> Result<()> {
             samples,
             database,
         } => scenarios::operator_lists::run(users, audit_rows, samples, database, cli.json).await,
-        Scenario::ToolSearch { set } => scenarios::tool_search::run(set, cli.json).await,
+        Scenario::ToolSearch { set, model_dir } => {
+            scenarios::tool_search::run(set, model_dir, cli.json).await
+        }
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }
