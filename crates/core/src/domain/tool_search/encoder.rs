@@ -91,7 +91,7 @@ impl SentenceEncoder {
         };
         let tokenizer =
             SentencePiece::from_bytes(&read("sp.model")?).map_err(failed("sp.model"))?;
-        let weights = Npz::read(&read("weights.npz")?).map_err(failed("weights.npz"))?;
+        let weights = Npz::read(read("weights.npz")?).map_err(failed("weights.npz"))?;
         Self::from_parts(tokenizer, &weights).map_err(failed("weights.npz"))
     }
 

@@ -1,7 +1,6 @@
 //! Arrays from a NumPy `.npz` file (a zip of `.npy` files, NumPy's documented format):
 //! how the sentence encoder's weights are shipped.
 
-use std::collections::HashMap;
 use std::io::Read;
 
 /// One array: its shape and its elements in C order.
@@ -41,41 +40,36 @@ impl Element for u8 {
     }
 }
 
-/// The `.npy` members of an archive, by name without `.npy`, still encoded.
+/// An archive of `.npy` members, each read (and decompressed) when it is asked for, so that
+/// loading holds one member at a time besides what was already converted.
 pub(super) struct Npz {
-    members: HashMap<String, Vec<u8>>,
+    archive: std::cell::RefCell<zip::ZipArchive<std::io::Cursor<Vec<u8>>>>,
 }
 
 impl Npz {
-    pub(super) fn read(bytes: &[u8]) -> Result<Self, String> {
-        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+    pub(super) fn read(bytes: Vec<u8>) -> Result<Self, String> {
+        let archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
             .map_err(|error| format!("it is not a NumPy .npz archive ({error})"))?;
-        let mut members = HashMap::new();
-        for i in 0..archive.len() {
-            let mut member = archive
-                .by_index(i)
-                .map_err(|error| format!("its member {i} cannot be read ({error})"))?;
-            let name = member
-                .name()
-                .map_err(|error| format!("its member {i} has no readable name ({error})"))?;
-            let Some(name) = name.strip_suffix(".npy").map(str::to_owned) else {
-                continue;
-            };
-            let mut content = Vec::with_capacity(member.size() as usize);
-            member
-                .read_to_end(&mut content)
-                .map_err(|error| format!("its array `{name}` cannot be read ({error})"))?;
-            members.insert(name, content);
-        }
-        Ok(Npz { members })
+        Ok(Npz {
+            archive: std::cell::RefCell::new(archive),
+        })
+    }
+
+    fn member(&self, name: &str) -> Result<Vec<u8>, String> {
+        let mut archive = self.archive.borrow_mut();
+        let mut member = archive
+            .by_name(&format!("{name}.npy"))
+            .map_err(|_| format!("it has no array `{name}`"))?;
+        let mut content = Vec::with_capacity(member.size() as usize);
+        member
+            .read_to_end(&mut content)
+            .map_err(|error| format!("its array `{name}` cannot be read ({error})"))?;
+        Ok(content)
     }
 
     /// The array `name`, which must hold `T`s in C order.
     pub(super) fn array<T: Element>(&self, name: &str) -> Result<Array<T>, String> {
-        let bytes = self
-            .members
-            .get(name)
-            .ok_or_else(|| format!("it has no array `{name}`"))?;
+        let bytes = self.member(name)?;
         let bad = |why: &str| format!("its array `{name}` {why}");
         if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
             return Err(bad("is not in the .npy format"));
