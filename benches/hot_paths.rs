@@ -259,16 +259,28 @@ fn policy(c: &mut Criterion) {
     c.bench_function("policy/decide_50_rules", |b| {
         b.iter(|| set.decide_call(black_box(&facts), None))
     });
-    let mut took: Vec<Duration> = (0..100_000)
+    one_at_a_time(
+        "policy/decide_50_rules, one call at a time",
+        100_000,
+        || {
+            black_box(set.decide_call(black_box(&facts), None));
+        },
+    );
+}
+
+/// Times `runs` single runs of `f` and prints their p50, p99 and max: the tail Criterion's
+/// mean does not show.
+fn one_at_a_time(label: &str, runs: usize, mut f: impl FnMut()) {
+    let mut took: Vec<Duration> = (0..runs)
         .map(|_| {
             let started = std::time::Instant::now();
-            black_box(set.decide_call(black_box(&facts), None));
+            f();
             started.elapsed()
         })
         .collect();
     took.sort();
     eprintln!(
-        "policy/decide_50_rules, one call at a time: p50 {:?}, p99 {:?}, max {:?}",
+        "{label}: p50 {:?}, p99 {:?}, max {:?}",
         took[took.len() / 2],
         took[took.len() * 99 / 100],
         took[took.len() - 1]
@@ -382,20 +394,9 @@ fn tool_search(c: &mut Criterion) {
     c.bench_function("tool_search/rank_1000", |b| {
         b.iter(|| index.rank(black_box(query), None, 10))
     });
-    let mut took: Vec<Duration> = (0..20_000)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            black_box(index.rank(black_box(query), None, 10));
-            started.elapsed()
-        })
-        .collect();
-    took.sort();
-    eprintln!(
-        "tool_search/rank_1000, one query at a time: p50 {:?}, p99 {:?}, max {:?}",
-        took[took.len() / 2],
-        took[took.len() * 99 / 100],
-        took[took.len() - 1]
-    );
+    one_at_a_time("tool_search/rank_1000, one query at a time", 20_000, || {
+        black_box(index.rank(black_box(query), None, 10));
+    });
 
     // Hybrid ranking, with the sentence encoder tests/setup.sh installs.
     let model =
@@ -424,33 +425,16 @@ fn tool_search(c: &mut Criterion) {
     c.bench_function("tool_search/rank_1000_hybrid", |b| {
         b.iter(|| hybrid.rank(black_box(query), Some(&meaning), 10))
     });
-    let mut took: Vec<Duration> = (0..20_000)
-        .map(|_| {
-            let started = std::time::Instant::now();
+    one_at_a_time(
+        "tool_search/rank_1000_hybrid, one query at a time",
+        20_000,
+        || {
             black_box(hybrid.rank(black_box(query), Some(&meaning), 10));
-            started.elapsed()
-        })
-        .collect();
-    took.sort();
-    eprintln!(
-        "tool_search/rank_1000_hybrid, one query at a time: p50 {:?}, p99 {:?}, max {:?}",
-        took[took.len() / 2],
-        took[took.len() * 99 / 100],
-        took[took.len() - 1]
+        },
     );
-    let mut took: Vec<Duration> = (0..2_000)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            black_box(encoder.encode(black_box(query)));
-            started.elapsed()
-        })
-        .collect();
-    took.sort();
-    eprintln!(
-        "tool_search/encode_query, one at a time: p50 {:?}, p99 {:?}",
-        took[took.len() / 2],
-        took[took.len() * 99 / 100]
-    );
+    one_at_a_time("tool_search/encode_query, one at a time", 2_000, || {
+        black_box(encoder.encode(black_box(query)));
+    });
 }
 
 criterion_group!(
