@@ -480,6 +480,27 @@ mod tests {
     }
 
     #[test]
+    fn any_text_a_user_may_send_gives_a_unit_vector() {
+        let encoder = model();
+        let long = "搜索 search ".repeat(300);
+        for text in [
+            "",
+            "   \t\n ",
+            "🦀🔥 emoji only",
+            "\u{0}\u{1b}[31m control characters",
+            "\u{10ffff}\u{fffd} edge code points",
+            "a\u{301}\u{301}\u{301} combining marks",
+            long.as_str(),
+        ] {
+            let vector = encoder.encode(text);
+            assert_eq!(vector.len(), DIMENSIONS);
+            let norm = similarity(&vector, &vector);
+            assert!((norm - 1.0).abs() < 1e-3, "{text:?}: |v|² = {norm}");
+            assert!(vector.iter().all(|v| v.is_finite()), "{text:?}");
+        }
+    }
+
+    #[test]
     fn a_missing_or_broken_model_is_refused_in_words() {
         let dir = tempfile::tempdir().unwrap();
         let missing = SentenceEncoder::load(dir.path()).unwrap_err().to_string();
