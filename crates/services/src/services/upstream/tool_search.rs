@@ -42,38 +42,21 @@ struct Meanings {
 }
 
 impl Meanings {
-    /// The vectors of `texts`, in order: those kept, and the others encoded at once.
+    /// The vectors of `texts`, in order: those kept, the others encoded (and kept), all on
+    /// the blocking pool.
     async fn of(&self, texts: Vec<String>) -> Result<Vec<Arc<[f32]>>> {
-        let missing: Vec<String> = texts
-            .iter()
-            .filter(|text| !self.by_text.contains_key(*text))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            let encoder = self.encoder.clone();
-            let encoded = tokio::task::spawn_blocking(move || {
-                missing
-                    .into_iter()
-                    .map(|text| {
-                        let vector: Arc<[f32]> = encoder.encode(&text).into();
-                        (text, vector)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .map_err(|error| anyhow::anyhow!("encoding the tools for search failed: {error}"))?;
-            for (text, vector) in encoded {
-                self.by_text.insert(text, vector);
-            }
-        }
-        Ok(texts
-            .into_iter()
-            .map(|text| match self.by_text.get(&text) {
-                Some(vector) => vector,
-                // Evicted meanwhile (a cache far smaller than one listing): encode again.
-                None => self.encoder.encode(&text).into(),
-            })
-            .collect())
+        let meanings = self.clone();
+        Ok(tokio::task::spawn_blocking(move || {
+            texts
+                .into_iter()
+                .map(|text| {
+                    let encode = || -> Arc<[f32]> { meanings.encoder.encode(&text).into() };
+                    meanings.by_text.get_with_by_ref(text.as_str(), encode)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|error| anyhow::anyhow!("encoding the tools for search failed: {error}"))?)
     }
 
     async fn of_query(&self, query: &str) -> Result<Vec<f32>> {
