@@ -284,8 +284,9 @@ pub async fn plan_search_mode_calls(
         };
         match call.name.as_str() {
             SEARCH_TOOLS => {
-                let answer = match super::SearchArguments::of(arguments.clone()) {
-                    Ok(asked) => search
+                let answer = async {
+                    let asked = super::SearchArguments::of(arguments.clone())?;
+                    let ranked = search
                         .upstream
                         .rank_tools(
                             search.user,
@@ -295,19 +296,17 @@ pub async fn plan_search_mode_calls(
                             &asked.query,
                             asked.limit,
                         )
-                        .await
-                        .map(|ranked| {
-                            for found in &ranked {
-                                search
-                                    .found
-                                    .insert(listing.tools[found.position].name.clone());
-                            }
-                            super::found_tools(listing, &ranked, |i| {
-                                Some(listing.tools[i].name.as_str())
-                            })
-                        }),
-                    Err(error) => Err(error),
-                };
+                        .await?;
+                    for found in &ranked {
+                        search
+                            .found
+                            .insert(listing.tools[found.position].name.clone());
+                    }
+                    Ok::<_, crate::error::Error>(super::found_tools(listing, &ranked, |i| {
+                        Some(listing.tools[i].name.as_str())
+                    }))
+                }
+                .await;
                 records.push(Some(match answer {
                     Ok(found) => ToolCallRecord {
                         status: ToolCallStatus::Done,

@@ -47,7 +47,7 @@ const CONTROL_PIECE: i32 = 3;
 const UNUSED_PIECE: i32 = 5;
 /// The id of `<unk>`, `<s>` and `</s>` in SentencePiece models.
 const UNK_ID: u32 = 0;
-pub(super) const BOS_ID: u32 = 1;
+const BOS_ID: u32 = 1;
 pub(super) const EOS_ID: u32 = 2;
 /// SentencePiece's visible space, U+2581.
 const SPACE: &str = "\u{2581}";
@@ -64,7 +64,7 @@ pub(super) struct SentencePiece {
 }
 
 impl SentencePiece {
-    /// Reads a `.model` file's bytes; `None` when they are not a unigram model.
+    /// Reads a `.model` file's bytes; why not, when they are not a SentencePiece model.
     pub(super) fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
         let model = ModelProto::decode(bytes)
             .map_err(|error| format!("it is not a SentencePiece model ({error})"))?;
