@@ -22,7 +22,7 @@ pub use mcp_pool_core::{config, domain, events, invalid, security, telemetry};
 pub use mcp_pool_llm as llm;
 pub use mcp_pool_services::{agent, app, cluster, confirm, error, gateway, services};
 pub use mcp_pool_store as store;
-pub use mcp_pool_upstream::{embedded, mcp, metrics, oauth, pool};
+pub use mcp_pool_upstream::{embedded, mcp, metrics, oauth, pool, sandbox};
 
 pub use config::Settings;
 pub use startup::Application;

@@ -37,6 +37,7 @@ async fn main() {
             inherited_env: vec![("PATH".into(), std::env::var("PATH").unwrap())],
             working_dir: std::env::temp_dir(),
             limits: Default::default(),
+            sandbox: None,
         },
         connect_timeout: Duration::from_secs(10),
         max_message_bytes: 16 << 20,

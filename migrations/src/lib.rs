@@ -30,6 +30,7 @@ mod m20261208_000022_quotas;
 mod m20261209_000023_app_calls;
 mod m20261210_000024_tool_curation;
 mod m20261211_000025_tool_exposure;
+mod m20261212_000026_preset_sandbox;
 
 pub struct Migrator;
 
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000023_app_calls::Migration),
             Box::new(m20261210_000024_tool_curation::Migration),
             Box::new(m20261211_000025_tool_exposure::Migration),
+            Box::new(m20261212_000026_preset_sandbox::Migration),
         ]
     }
 }

@@ -66,6 +66,10 @@ struct PresetView {
     memory_limit_mib: Option<u32>,
     /// Processes and threads each of its servers may run, instead of the pool's default.
     max_tasks: Option<u32>,
+    /// What its servers' sandboxes share with them and let them reach; absent: the
+    /// pool's defaults (`pool.sandbox`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxView>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -84,8 +88,33 @@ impl From<Preset> for PresetView {
             timeout_secs: spec.timeout_secs,
             memory_limit_mib: spec.memory_limit_mib,
             max_tasks: spec.max_tasks,
+            sandbox: (!spec.sandbox.is_default()).then(|| SandboxView::from(spec.sandbox)),
             created_at: preset.created_at,
             updated_at: preset.updated_at,
+        }
+    }
+}
+
+/// A preset's sandbox settings.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PresetSandbox)]
+struct SandboxView {
+    /// `none`, `egress` or `host`; absent: the pool's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<&'static str>,
+    read_only_paths: Vec<String>,
+    writable_paths: Vec<String>,
+    allow_hosts: Vec<String>,
+}
+
+impl From<crate::domain::SandboxSpec> for SandboxView {
+    fn from(spec: crate::domain::SandboxSpec) -> Self {
+        Self {
+            network: spec.network.map(|n| n.as_str()),
+            read_only_paths: spec.read_only_paths,
+            writable_paths: spec.writable_paths,
+            allow_hosts: spec.allow_hosts,
         }
     }
 }

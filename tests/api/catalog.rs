@@ -42,6 +42,10 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                     ("NPM_CONFIG_CACHE".into(), npm_cache.display().to_string()),
                     ("NPM_CONFIG_UPDATE_NOTIFIER".into(), "false".into()),
                 ]),
+                // npm and uv write to their caches even to read them (index compaction,
+                // a lock): shared writable, as README "Sandbox" says.
+                read_only_paths: Vec::new(),
+                writable_paths: vec![npm_cache.display().to_string()],
             },
         ),
         (
@@ -51,6 +55,8 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                 args: vec!["--offline".into()],
                 package: "{identifier}=={version}".into(),
                 env: BTreeMap::from([("UV_CACHE_DIR".into(), uv_cache.display().to_string())]),
+                read_only_paths: Vec::new(),
+                writable_paths: vec![uv_cache.display().to_string()],
             },
         ),
         (
@@ -60,6 +66,8 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                 args: Vec::new(),
                 package: "{identifier}".into(),
                 env: BTreeMap::new(),
+                read_only_paths: Vec::new(),
+                writable_paths: Vec::new(),
             },
         ),
     ])

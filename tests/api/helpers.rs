@@ -100,6 +100,17 @@ pub async fn spawn_app_resolving(
     settings.server.port = 0;
     settings.grpc.port = 0;
     settings.storage.data_dir = data_dir.path().to_path_buf();
+    // What the tests' presets run, shared read-only with every sandbox: the fixture
+    // binary's folder (a shell preset names it inside its script) and tests/ (npm and
+    // PyPI servers, their caches, the Python virtualenv).
+    settings.pool.sandbox.read_only_paths = vec![
+        std::path::Path::new(crate::upstreams::fixture_binary())
+            .parent()
+            .expect("the fixture's folder")
+            .display()
+            .to_string(),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests").to_owned(),
+    ];
     settings.database.url = fresh_database_url().await.into();
     settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
     adjust(&mut settings);

@@ -52,6 +52,7 @@ mod presets;
 mod processes;
 mod rate_limits;
 mod sampling;
+mod sandbox;
 mod secrets;
 mod server_notices;
 mod servers;

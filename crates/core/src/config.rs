@@ -91,6 +91,13 @@ pub struct RuntimeSettings {
     pub package: String,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Host paths its servers' sandboxes may read, at the same path (its package cache).
+    #[serde(default)]
+    pub read_only_paths: Vec<String>,
+    /// Host paths its servers' sandboxes may write, at the same path (a cache the
+    /// runtime insists on writing to).
+    #[serde(default)]
+    pub writable_paths: Vec<String>,
 }
 
 /// The audit log (see `services::audit`).
@@ -285,6 +292,32 @@ pub struct PoolSettings {
     pub inherited_env: Vec<String>,
     /// Remote sessions sharing one HTTP client, so one HTTP/2 connection (`mcp::http`).
     pub sessions_per_http_client: u32,
+    /// How stdio servers are isolated from the host and from each other (`sandbox`).
+    pub sandbox: SandboxSettings,
+}
+
+/// The stdio servers' sandbox (bubblewrap), as `[pool.sandbox]` sets it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    pub mode: SandboxMode,
+    /// The bubblewrap program, a path or a name looked up on the service's PATH.
+    pub bwrap: String,
+    /// The network of a server whose preset names none (catalog servers too).
+    pub network: crate::domain::NetworkMode,
+    /// Size of each server's private /tmp, in MiB.
+    pub tmp_size_mib: u32,
+    /// Host paths every server may read, at the same path (a runtime outside /usr).
+    pub read_only_paths: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Every stdio server in a sandbox; none starts where one cannot be made.
+    On,
+    /// Servers run as the service, with its view of the host (a warning says so).
+    Off,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -422,6 +455,7 @@ impl Settings {
                     .list_separator(",")
                     .with_list_parse_key("security.allowed_url_hosts")
                     .with_list_parse_key("pool.inherited_env")
+                    .with_list_parse_key("pool.sandbox.read_only_paths")
                     .with_list_parse_key("gateway.allowed_hosts"),
             )
             .set_override_option("database.url", non_empty_env("DATABASE_URL"))?
@@ -448,6 +482,25 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let shared = crate::domain::SandboxSpec {
+            read_only_paths: self.pool.sandbox.read_only_paths.clone(),
+            ..Default::default()
+        };
+        shared.validate().map_err(|e| ConfigError::Invalid {
+            key: "pool.sandbox.read_only_paths",
+            reason: e.to_string(),
+        })?;
+        for runtime in self.catalog.runtimes.values() {
+            let paths = crate::domain::SandboxSpec {
+                read_only_paths: runtime.read_only_paths.clone(),
+                writable_paths: runtime.writable_paths.clone(),
+                ..Default::default()
+            };
+            paths.validate().map_err(|e| ConfigError::Invalid {
+                key: "catalog.runtimes",
+                reason: e.to_string(),
+            })?;
+        }
         if let Some(dir) = self.tool_search.model_dir() {
             for file in ["sp.model", "weights.npz"] {
                 if !dir.join(file).is_file() {
@@ -458,7 +511,11 @@ impl Settings {
                 }
             }
         }
-        let positive: [(&'static str, u64); 37] = [
+        let positive: [(&'static str, u64); 38] = [
+            (
+                "pool.sandbox.tmp_size_mib",
+                self.pool.sandbox.tmp_size_mib.into(),
+            ),
             ("gateway.session_idle_secs", self.gateway.session_idle_secs),
             ("elicitation.timeout_secs", self.elicitation.timeout_secs),
             (

@@ -10,6 +10,7 @@ mod curation;
 mod ids;
 mod policy;
 mod preset;
+mod sandbox;
 mod secret_map;
 mod secret_url;
 mod server;
@@ -30,6 +31,7 @@ pub use policy::{
     RuleScope, UserAttributes, check_group,
 };
 pub use preset::{LaunchSpec, Preset, PresetSpec, Slot};
+pub use sandbox::{NetworkMode, SandboxSpec, host_allowed};
 pub use secret_map::{MASK, SecretMap};
 pub use secret_url::SecretUrl;
 pub use server::{

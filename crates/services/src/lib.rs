@@ -25,4 +25,4 @@ pub mod services;
 use mcp_pool_core::{config, domain, events, invalid, security};
 use mcp_pool_llm as llm;
 use mcp_pool_store as store;
-use mcp_pool_upstream::{actors, mcp, metrics, oauth, pool};
+use mcp_pool_upstream::{actors, mcp, metrics, oauth, pool, sandbox};

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::entities::preset;
 use super::{Db, StoreError, from_json, open_map, seal_map};
-use crate::domain::{Preset, PresetSpec, Slot};
+use crate::domain::{NetworkMode, Preset, PresetSpec, SandboxSpec, Slot};
 use crate::security::Cipher;
 
 /// How a slot is kept in its JSON column; private to the store.
@@ -121,6 +121,7 @@ impl PresetRepo {
             timeout_secs: Set(spec.timeout_secs.map(|t| t as i32)),
             memory_limit_mib: Set(spec.memory_limit_mib.map(|m| m as i32)),
             max_tasks: Set(spec.max_tasks.map(|t| t as i32)),
+            sandbox: Set((!spec.sandbox.is_default()).then(|| sandbox_json(&spec.sandbox))),
             created_at: Set(preset.created_at),
             updated_at: Set(preset.updated_at),
         }
@@ -140,9 +141,43 @@ impl PresetRepo {
                 timeout_secs: row.timeout_secs.map(|t| t.max(0) as u32),
                 memory_limit_mib: row.memory_limit_mib.map(|m| m.max(0) as u32),
                 max_tasks: row.max_tasks.map(|t| t.max(0) as u32),
+                sandbox: match row.sandbox {
+                    Some(json) => sandbox_from(json)?,
+                    None => SandboxSpec::default(),
+                },
             },
             created_at: row.created_at,
             updated_at: row.updated_at,
         })
     }
+}
+
+fn sandbox_json(spec: &SandboxSpec) -> serde_json::Value {
+    serde_json::json!({
+        "network": spec.network.map(|n| n.as_str()),
+        "readOnlyPaths": spec.read_only_paths,
+        "writablePaths": spec.writable_paths,
+        "allowHosts": spec.allow_hosts,
+    })
+}
+
+fn sandbox_from(json: serde_json::Value) -> Result<SandboxSpec, StoreError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Stored {
+        network: Option<NetworkMode>,
+        #[serde(default)]
+        read_only_paths: Vec<String>,
+        #[serde(default)]
+        writable_paths: Vec<String>,
+        #[serde(default)]
+        allow_hosts: Vec<String>,
+    }
+    let stored: Stored = from_json("sandbox", json)?;
+    Ok(SandboxSpec {
+        network: stored.network,
+        read_only_paths: stored.read_only_paths,
+        writable_paths: stored.writable_paths,
+        allow_hosts: stored.allow_hosts,
+    })
 }

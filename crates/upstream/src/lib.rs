@@ -8,6 +8,7 @@
 //! - [`metrics`]: the Prometheus registry and the recent-calls window.
 //! - [`oauth`]: rmcp's OAuth client plugged into the URL policy; where tokens are kept is
 //!   rmcp's `CredentialStore`, implemented above (the services keep them in the store).
+//! - [`sandbox`]: each stdio server's bubblewrap sandbox and its egress proxy.
 //! - [`embedded`]: in-process servers (clock, calculator).
 //! - [`actors`]: what both actor families share about ractor.
 
@@ -17,6 +18,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod oauth;
 pub mod pool;
+pub mod sandbox;
 
 // The ground floor's modules under their own names, so paths read `crate::domain::UserId`
 // in every crate.

@@ -100,6 +100,8 @@ pub struct PackageRuntime {
     pub package: String,
     /// Set for every server of this runtime (e.g. where the offline cache is).
     pub env: BTreeMap<String, String>,
+    /// The host paths its servers' sandboxes share (its cache).
+    pub sandbox: super::SandboxSpec,
 }
 
 /// The parts of `server.json` the pool uses; the rest is kept in the stored document.
@@ -403,6 +405,7 @@ impl ServerJson {
                     command: runtime.command.clone(),
                     args,
                     env: SecretMap::new(env),
+                    sandbox: runtime.sandbox.clone(),
                 }))
             }
             Runnable::Remote(remote) => {
@@ -598,6 +601,7 @@ mod tests {
                 args: vec!["--offline".into(), "--yes".into()],
                 package: "{identifier}@{version}".into(),
                 env: BTreeMap::from([("NPM_CONFIG_CACHE".into(), "/cache".into())]),
+                sandbox: Default::default(),
             },
         )])
     }

@@ -47,6 +47,8 @@ pub struct PresetSpec {
     /// Processes and threads its servers may each run, instead of the pool's default
     /// (`pool.stdio_max_tasks_per_server`); 0: no limit.
     pub max_tasks: Option<u32>,
+    /// What its servers' sandboxes share with them and let them reach.
+    pub sandbox: super::SandboxSpec,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +65,8 @@ pub struct LaunchSpec {
     pub command: String,
     pub args: Vec<String>,
     pub env: SecretMap,
+    /// What the admin shares with its sandbox (the preset's, or the catalog runtime's).
+    pub sandbox: super::SandboxSpec,
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -182,6 +186,7 @@ impl PresetSpec {
             )));
         }
         check_text("description", &self.description, MAX_TEXT)?;
+        self.sandbox.validate()?;
         if self.command.trim().is_empty() {
             return Err(InvalidInput::value("command must not be empty"));
         }
@@ -295,6 +300,7 @@ impl PresetSpec {
             command: self.command.clone(),
             args,
             env: SecretMap::new(env),
+            sandbox: self.sandbox.clone(),
         })
     }
 }
@@ -333,6 +339,7 @@ mod tests {
             timeout_secs: None,
             memory_limit_mib: None,
             max_tasks: None,
+            sandbox: Default::default(),
         }
     }
 

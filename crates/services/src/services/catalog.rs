@@ -117,6 +117,11 @@ impl CatalogService {
                         args: r.args.clone(),
                         package: r.package.clone(),
                         env: r.env.clone(),
+                        sandbox: crate::domain::SandboxSpec {
+                            read_only_paths: r.read_only_paths.clone(),
+                            writable_paths: r.writable_paths.clone(),
+                            ..Default::default()
+                        },
                     },
                 )
             })

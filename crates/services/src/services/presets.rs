@@ -7,7 +7,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::config::Settings;
-use crate::domain::{Preset, PresetSpec, SecretMap, Slot};
+use crate::domain::{NetworkMode, Preset, PresetSpec, SandboxSpec, SecretMap, Slot};
 use crate::error::{Error, Resource, Result};
 use crate::store::{Store, StoreError};
 
@@ -50,6 +50,43 @@ pub struct PresetInput {
     /// 0: none).
     #[schema(maximum = 4194304)]
     pub max_tasks: Option<u32>,
+    /// What its servers' sandboxes share with them and let them reach (absent: the
+    /// pool's defaults).
+    #[serde(default)]
+    pub sandbox: Option<SandboxInput>,
+}
+
+/// A preset's sandbox, as the admin writes it.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxInput {
+    /// `none`, `egress` or `host` (absent: `pool.sandbox.network`).
+    #[schema(pattern = "^(none|egress|host)$")]
+    pub network: Option<String>,
+    /// Absolute host paths its servers may read, at the same path.
+    #[serde(default)]
+    pub read_only_paths: Vec<String>,
+    /// Absolute host paths its servers may write, at the same path (shared by all of them).
+    #[serde(default)]
+    pub writable_paths: Vec<String>,
+    /// With `egress`: the only hosts (names or `*.suffix`) the proxy lets them reach.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+}
+
+impl SandboxInput {
+    fn into_spec(self) -> Result<SandboxSpec> {
+        Ok(SandboxSpec {
+            network: self
+                .network
+                .as_deref()
+                .map(NetworkMode::parse)
+                .transpose()?,
+            read_only_paths: self.read_only_paths,
+            writable_paths: self.writable_paths,
+            allow_hosts: self.allow_hosts,
+        })
+    }
 }
 
 /// Highest per-preset memory limit: 1 TiB, in MiB.
@@ -190,6 +227,7 @@ impl PresetService {
             timeout_secs: input.timeout_secs,
             memory_limit_mib: input.memory_limit_mib,
             max_tasks: input.max_tasks,
+            sandbox: input.sandbox.unwrap_or_default().into_spec()?,
         };
         spec.validate()?;
         Ok(spec)

@@ -232,6 +232,17 @@ impl ServerService {
         }
         self.bindings.forget_all();
         self.stop_everywhere(user, uuid).await;
+        // Its home goes with it (stopped above, so nothing writes there any more).
+        let home = super::upstream::server_home(&self.settings.storage.data_dir, user, uuid);
+        if let Ok(Err(error)) =
+            tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&home) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            })
+            .await
+        {
+            tracing::warn!(%error, server = %uuid, "could not delete the server's home");
+        }
         // The server is gone either way; a failure here leaves only unusable rows.
         if let Err(error) = self.oauth.server_deleted(user, uuid).await {
             tracing::warn!(%error, server = %uuid, "could not forget the server's OAuth tokens");

@@ -27,6 +27,7 @@ mod connections;
 mod explain;
 mod features;
 mod runtime;
+pub(crate) use runtime::server_home;
 mod tool_search;
 
 pub use assistant::{AssistantTool, AssistantTools, Audience, ServerCatalog, UnavailableServer};
@@ -108,6 +109,8 @@ pub struct UpstreamService {
     policies: super::Policies,
     /// Each assistant's tool search index, kept while its tools stay the same.
     tool_indexes: tool_search::ToolIndexes,
+    /// The stdio servers' sandbox, checked once at start.
+    sandbox: Arc<crate::sandbox::Sandbox>,
 }
 
 impl UpstreamService {
@@ -129,7 +132,19 @@ impl UpstreamService {
             policies,
         } = user_facing;
         let tool_indexes = tool_search::ToolIndexes::new(settings.tool_search.model_dir()).await?;
+        let sandbox = {
+            let (sandbox, data_dir) = (
+                settings.pool.sandbox.clone(),
+                settings.storage.data_dir.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                crate::sandbox::Sandbox::prepare(&sandbox, &data_dir)
+            })
+            .await
+            .map_err(|e| Error::Unexpected(anyhow::anyhow!("the sandbox check failed: {e}")))?
+        };
         Ok(Self {
+            sandbox,
             store,
             settings,
             pool,
@@ -145,6 +160,11 @@ impl UpstreamService {
             policies,
             tool_indexes,
         })
+    }
+
+    /// Whether stdio servers start isolated, and what is wrong if not.
+    pub fn sandbox_status(&self) -> crate::sandbox::SandboxStatus {
+        self.sandbox.status()
     }
 
     /// The operator's rules on a call about to run, on every path: a call approved while

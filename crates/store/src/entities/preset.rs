@@ -23,6 +23,9 @@ pub struct Model {
     pub timeout_secs: Option<i32>,
     pub memory_limit_mib: Option<i32>,
     pub max_tasks: Option<i32>,
+    /// The preset's sandbox (`SandboxSpec` as JSON); null: the pool's defaults.
+    #[sea_orm(column_type = "JsonBinary", nullable)]
+    pub sandbox: Option<Json>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -44,6 +44,12 @@ pub enum UpstreamTransport {
         working_dir: PathBuf,
         /// What the server may use (its cgroup's limits, where it gets one).
         limits: super::stdio::StdioLimits,
+        /// Its sandbox: the pool's, and what this server's holds (`working_dir` is its
+        /// home). `None`: none (the CLI, probes of the load tool).
+        sandbox: Option<(
+            std::sync::Arc<crate::sandbox::Sandbox>,
+            crate::sandbox::SandboxPlan,
+        )>,
     },
     StreamableHttp {
         url: SecretUrl,
@@ -154,22 +160,44 @@ pub async fn connect(
                 inherited_env,
                 working_dir,
                 limits,
+                sandbox,
             } => {
-                std::fs::create_dir_all(working_dir).map_err(|e| {
-                    McpError::Connect(format!("cannot create the working directory: {e}"))
-                })?;
-                let mut command_line = tokio::process::Command::new(command);
-                command_line
-                    .args(args)
-                    .env_clear()
-                    .envs(inherited_env.iter().cloned())
-                    .envs(env)
-                    .current_dir(working_dir)
-                    .stderr(Stdio::piped());
+                let (mut command_line, egress) = match sandbox {
+                    Some((sandbox, plan)) if sandbox.is_on() => {
+                        let mut whole: BTreeMap<String, String> =
+                            inherited_env.iter().cloned().collect();
+                        whole.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        let made = sandbox
+                            .command(
+                                command,
+                                args,
+                                whole.into_iter().collect(),
+                                plan,
+                                &spec.url_policy,
+                            )
+                            .map_err(McpError::Connect)?;
+                        (made.command, made.egress)
+                    }
+                    _ => {
+                        std::fs::create_dir_all(working_dir).map_err(|e| {
+                            McpError::Connect(format!("cannot create the working directory: {e}"))
+                        })?;
+                        let mut command_line = tokio::process::Command::new(command);
+                        command_line
+                            .args(args)
+                            .env_clear()
+                            .envs(inherited_env.iter().cloned())
+                            .envs(env)
+                            .current_dir(working_dir);
+                        (command_line, None)
+                    }
+                };
+                command_line.stderr(Stdio::piped());
                 let (transport, stderr) = StdioTransport::spawn(StdioCommand {
                     command: command_line,
                     max_message_bytes: spec.max_message_bytes,
                     limits: *limits,
+                    egress,
                 })
                 .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
                 tracing::info!(upstream = %spec.label, pid = transport.pid(), "stdio server started");

@@ -56,6 +56,8 @@ pub(crate) struct StdioCommand {
     pub command: tokio::process::Command,
     pub max_message_bytes: usize,
     pub limits: StdioLimits,
+    /// The sandbox's egress proxy, kept as long as the server runs.
+    pub egress: Option<crate::sandbox::EgressProxy>,
 }
 
 pub struct StdioTransport {
@@ -65,6 +67,7 @@ pub struct StdioTransport {
     calls: PendingCalls,
     cgroup: Option<Arc<ServerCgroup>>,
     exit: ExitNote,
+    _egress: Option<crate::sandbox::EgressProxy>,
 }
 
 /// Why a stdio server's output ended, set once it has: read by the client, whose
@@ -131,6 +134,7 @@ impl StdioTransport {
             mut command,
             max_message_bytes,
             limits,
+            egress,
         } = spec;
         command
             .stdin(Stdio::piped())
@@ -171,6 +175,7 @@ impl StdioTransport {
                 calls,
                 cgroup,
                 exit: ExitNote::default(),
+                _egress: egress,
             },
             stderr,
         ))

@@ -11,10 +11,12 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::UpstreamService;
+use crate::domain::SandboxSpec;
 use crate::domain::{McpServer, PresetSpec, Resolved, SecretUrl, Transport, UserId};
 use crate::error::{Error, Resource, Result};
 use crate::mcp::{StdioLimits, UpstreamSpec, UpstreamTransport};
 use crate::pool::ServerRuntime;
+use crate::sandbox::{Sandbox, SandboxPlan};
 
 impl UpstreamService {
     pub(super) async fn load_runtime(
@@ -45,6 +47,7 @@ impl UpstreamService {
             // Made from the catalog: the entry resolved again (its version in force now).
             Some(using) if !global => match self.catalog.resolve(using).await? {
                 Resolved::Stdio(launch) => UpstreamTransport::Stdio {
+                    sandbox: self.sandbox_plan(&server, &launch.sandbox, &[]),
                     command: launch.command,
                     args: launch.args,
                     env: launch.env.expose().clone(),
@@ -105,6 +108,7 @@ impl UpstreamService {
     ) -> Result<UpstreamTransport> {
         Ok(match &server.spec.transport {
             Transport::Stdio(launch) if global => UpstreamTransport::Stdio {
+                sandbox: self.sandbox_plan(server, &Default::default(), &launch.args),
                 command: launch.command.clone(),
                 args: launch.args.clone(),
                 env: launch.env.expose().clone(),
@@ -134,6 +138,7 @@ impl UpstreamService {
                     self.settings.limits.max_value_bytes,
                 )?;
                 UpstreamTransport::Stdio {
+                    sandbox: self.sandbox_plan(server, &resolved.sandbox, &preset.spec.args),
                     command: resolved.command,
                     args: resolved.args,
                     env: resolved.env.expose().clone(),
@@ -189,14 +194,47 @@ impl UpstreamService {
         }
     }
 
-    /// `<data_dir>/work/<hash of user>/<server id>`: per user and server, no user text in paths.
-    fn working_dir(&self, server: &McpServer) -> PathBuf {
-        let user = hex::encode(Sha256::digest(server.user_id.as_str().as_bytes()));
-        self.settings
-            .storage
-            .data_dir
-            .join("work")
-            .join(&user[..16])
-            .join(server.id.to_string())
+    /// What a server's sandbox holds: its home, the admin's paths (the preset's, the
+    /// catalog runtime's), and the absolute paths the admin wrote among its arguments
+    /// (a script's). Never a path from a user's value: those name places inside.
+    fn sandbox_plan(
+        &self,
+        server: &McpServer,
+        spec: &SandboxSpec,
+        admin_args: &[String],
+    ) -> Option<(Arc<Sandbox>, SandboxPlan)> {
+        if !self.sandbox.is_on() {
+            return None;
+        }
+        let mut read_only = spec.read_only_paths.clone();
+        read_only.extend(
+            admin_args
+                .iter()
+                .filter(|arg| arg.starts_with('/') && !arg.contains('{'))
+                .cloned(),
+        );
+        let plan = SandboxPlan {
+            home: self.working_dir(server),
+            network: spec.network,
+            read_only,
+            writable: spec.writable_paths.clone(),
+            allow_hosts: spec.allow_hosts.clone(),
+        };
+        Some((self.sandbox.clone(), plan))
     }
+
+    fn working_dir(&self, server: &McpServer) -> PathBuf {
+        server_home(&self.settings.storage.data_dir, &server.user_id, server.id)
+    }
+}
+
+/// A stdio server's private home (its working directory):
+/// `<data_dir>/work/<hash of user>/<server id>`, per user and server, no user text in
+/// paths. Kept across restarts and reconnects, deleted with the server.
+pub(crate) fn server_home(data_dir: &std::path::Path, user: &UserId, server: Uuid) -> PathBuf {
+    let user = hex::encode(Sha256::digest(user.as_str().as_bytes()));
+    data_dir
+        .join("work")
+        .join(&user[..16])
+        .join(server.to_string())
 }

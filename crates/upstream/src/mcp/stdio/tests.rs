@@ -124,6 +124,7 @@ async fn dropping_the_transport_ends_the_whole_group() {
         command,
         max_message_bytes: 1024,
         limits: Default::default(),
+        egress: None,
     })
     .unwrap();
     let pgid = transport.pid() as i32;
