@@ -68,7 +68,9 @@ pub struct ConnectionView {
     /// Its limit on processes and threads together, where its cgroup enforces one.
     #[serde(skip_serializing_if = "Option::is_none")]
     task_limit: Option<u32>,
-    #[serde(skip)]
+    /// A connected stdio server's process on the host (its process group's leader:
+    /// bubblewrap when sandboxed, whose pid namespace holds the server); absent otherwise.
+    #[serde(rename = "pid", skip_serializing_if = "Option::is_none")]
     process_group: Option<i32>,
 }
 

@@ -215,47 +215,66 @@ async fn real_npm_and_pypi_packages_run_from_catalog_entries() {
     for name in [FILESYSTEM, MEMORY, "io.github.modelcontextprotocol/time"] {
         enable(&app, name, json!({})).await;
     }
-    let shared = tempfile::tempdir().unwrap();
-    std::fs::write(shared.path().join("notes.txt"), "from the catalog test").unwrap();
-    let root = shared.path().canonicalize().unwrap().display().to_string();
-
+    // Paths a user gives name places inside the server's sandbox: its home is /home/mcp.
     let files = app
         .create_server_ok(
             "u",
-            json!({"catalog": FILESYSTEM, "values": {"directory": root}}),
-        )
-        .await;
-    let read = call_text(
-        &app,
-        "u",
-        &files,
-        "read_text_file",
-        json!({"path": format!("{root}/notes.txt")}),
-    )
-    .await;
-    assert!(read.contains("from the catalog test"), "{read}");
-
-    let graph = shared.path().join("graph.jsonl");
-    let memory = app
-        .create_server_ok(
-            "u",
-            json!({"catalog": MEMORY, "values": {"MEMORY_FILE_PATH": graph.display().to_string()}}),
+            json!({"catalog": FILESYSTEM, "values": {"directory": "/home/mcp"}}),
         )
         .await;
     call_text(
         &app,
         "u",
-        &memory,
-        "create_entities",
-        json!({"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]}),
+        &files,
+        "write_file",
+        json!({"path": "/home/mcp/notes.txt", "content": "from the catalog test"}),
     )
     .await;
-    let graph_text = call_text(&app, "u", &memory, "read_graph", json!({})).await;
-    assert!(
-        graph_text.contains("wrote the first program"),
-        "{graph_text}"
+    let read = call_text(
+        &app,
+        "u",
+        &files,
+        "read_text_file",
+        json!({"path": "/home/mcp/notes.txt"}),
+    )
+    .await;
+    assert!(read.contains("from the catalog test"), "{read}");
+    let homes = app.settings.storage.data_dir.join("work");
+    assert_eq!(
+        files_named(&homes, "notes.txt").len(),
+        1,
+        "the note is in the server's home"
     );
-    assert!(graph.exists(), "the user's value reached the server's env");
+
+    // Two users' servers of one entry keep two graphs, each in its own home (by the
+    // entry's default MEMORY_FILE_PATH), not one inside the shared package.
+    let mut graphs = Vec::new();
+    for (user, fact) in [("u", "wrote the first program"), ("v", "broke the Enigma")] {
+        let memory = app.create_server_ok(user, json!({"catalog": MEMORY})).await;
+        call_text(
+            &app,
+            user,
+            &memory,
+            "create_entities",
+            json!({"entities": [{"name": "Someone", "entityType": "person", "observations": [fact]}]}),
+        )
+        .await;
+        graphs.push((user, memory, fact));
+    }
+    for (user, memory, fact) in &graphs {
+        let graph_text = call_text(&app, user, memory, "read_graph", json!({})).await;
+        assert!(graph_text.contains(fact), "{user}: {graph_text}");
+        let other = if *user == "u" {
+            "broke the Enigma"
+        } else {
+            "wrote the first program"
+        };
+        assert!(
+            !graph_text.contains(other),
+            "{user} reads another user's memories: {graph_text}"
+        );
+    }
+    assert_eq!(files_named(&homes, "memory.jsonl").len(), 2);
 
     let time = app
         .create_server_ok(
@@ -293,12 +312,18 @@ async fn real_npm_and_pypi_packages_run_from_catalog_entries() {
             None,
         )
         .await;
-    assert_eq!(users.body["total"], 1, "{}", users.text);
-    assert_eq!(users.body["servers"][0]["userId"], "u");
+    assert_eq!(users.body["total"], 2, "{}", users.text);
+    let owners: Vec<&str> = users.body["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["userId"].as_str())
+        .collect();
+    assert!(owners.contains(&"u") && owners.contains(&"v"), "{owners:?}");
     let listed = app
         .admin(Method::GET, "/admin/catalog?search=memory", None)
         .await;
-    assert_eq!(listed.body["entries"][0]["servers"], 1, "{}", listed.text);
+    assert_eq!(listed.body["entries"][0]["servers"], 2, "{}", listed.text);
 }
 
 #[tokio::test]
@@ -872,4 +897,18 @@ async fn a_registry_api_is_read_page_by_page() {
         unreachable.text
     );
     assert!(!unreachable.text.contains("::"), "{}", unreachable.text);
+}
+
+/// The files called `name` below `dir`.
+fn files_named(dir: &std::path::Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_named(&path, name));
+        } else if path.file_name().is_some_and(|n| n == name) {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -103,14 +103,7 @@ pub async fn spawn_app_resolving(
     // What the tests' presets run, shared read-only with every sandbox: the fixture
     // binary's folder (a shell preset names it inside its script) and tests/ (npm and
     // PyPI servers, their caches, the Python virtualenv).
-    settings.pool.sandbox.read_only_paths = vec![
-        std::path::Path::new(crate::upstreams::fixture_binary())
-            .parent()
-            .expect("the fixture's folder")
-            .display()
-            .to_string(),
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests").to_owned(),
-    ];
+    settings.pool.sandbox.read_only_paths = sandbox_shared_paths();
     settings.database.url = fresh_database_url().await.into();
     settings.auth.bootstrap_admin_key = Some(ADMIN_KEY.to_owned().into());
     adjust(&mut settings);
@@ -452,6 +445,10 @@ impl TestApp {
                 data.path().display().to_string(),
             ),
             ("DATABASE_URL".to_owned(), database_url),
+            (
+                "MCP_POOL__POOL__SANDBOX__READ_ONLY_PATHS".to_owned(),
+                sandbox_shared_paths().join(","),
+            ),
         ];
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         BinaryEnv {
@@ -541,6 +538,20 @@ pub fn remote_server(name: &str) -> Value {
     json!({ "name": name, "baseUrl": "https://93.184.216.34/mcp" })
 }
 
+/// What the tests' presets run, shared read-only with every sandbox
+/// (`pool.sandbox.read_only_paths`): the fixture binary's folder (a shell preset names it
+/// inside its script) and tests/ (npm and PyPI servers, their caches, the virtualenv).
+pub fn sandbox_shared_paths() -> Vec<String> {
+    vec![
+        std::path::Path::new(crate::upstreams::fixture_binary())
+            .parent()
+            .expect("the fixture's folder")
+            .display()
+            .to_string(),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests").to_owned(),
+    ]
+}
+
 /// A service that may reach loopback upstreams (the fixture and server-everything).
 pub async fn spawn_pool_app() -> TestApp {
     spawn_pool_app_with(|_| {}).await
@@ -617,14 +628,18 @@ impl TestApp {
     }
 
     /// The stdio fixture's process id for this user's server (connecting if needed).
+    /// The host pid of `user`'s stdio server (connected by a call first): the one the
+    /// admin API shows, its process group's leader (bubblewrap, when sandboxed: the
+    /// fixture's own `pid` tool answers its pid inside its pid namespace).
     pub async fn fixture_pid(&self, user: &str, server: &str) -> u32 {
         let reply = self.call(user, server, "pid", json!({})).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-        reply.body["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap()
+        let connections = self.connections().await;
+        let found = connections
+            .iter()
+            .find(|c| c["userId"] == user && c["serverId"] == server && c["pid"].is_number())
+            .unwrap_or_else(|| panic!("no live process for {user}/{server}: {connections:?}"));
+        found["pid"].as_u64().unwrap() as u32
     }
 
     pub async fn connections(&self) -> Vec<Value> {

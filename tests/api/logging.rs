@@ -71,6 +71,10 @@ pub async fn start_binary(extra_env: &[(&str, &str)]) -> Binary {
         .env("MCP_POOL__LOG__FORMAT", "json")
         .env("RUST_LOG", "info")
         .env("MCP_POOL_ADMIN_KEY", ADMIN_KEY)
+        .env(
+            "MCP_POOL__POOL__SANDBOX__READ_ONLY_PATHS",
+            crate::helpers::sandbox_shared_paths().join(","),
+        )
         .envs(extra_env.iter().copied())
         .current_dir(dir.path())
         .stderr(std::process::Stdio::piped())

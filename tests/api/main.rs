@@ -53,6 +53,7 @@ mod processes;
 mod rate_limits;
 mod sampling;
 mod sandbox;
+mod sandbox_browsers;
 mod secrets;
 mod server_notices;
 mod servers;

@@ -34,7 +34,8 @@ const EGRESS_PORT: u16 = 3128;
 const UNAVAILABLE: &str = "stdio servers need a sandbox and none can be made (pool.sandbox.mode = \"off\" runs them unisolated)";
 
 /// The parts of `/etc` programs need: certificates, name resolution, time zone, the
-/// dynamic linker's cache, Debian's alternatives (`/usr/bin/x` links through them), fonts.
+/// dynamic linker's cache, Debian's alternatives (`/usr/bin/x` links through them), fonts,
+/// Debian chromium's launcher settings.
 /// Users and groups are the sandbox's own (`passwd`, `group` below).
 const ETC: &[&str] = &[
     "ssl",
@@ -55,6 +56,8 @@ const ETC: &[&str] = &[
     "ld.so.conf.d",
     "alternatives",
     "fonts",
+    "chromium",
+    "chromium.d",
     "mime.types",
     "os-release",
 ];

@@ -162,6 +162,7 @@ pub async fn connect(
                 limits,
                 sandbox,
             } => {
+                let sandboxed = matches!(sandbox, Some((sandbox, _)) if sandbox.is_on());
                 let (mut command_line, egress) = match sandbox {
                     Some((sandbox, plan)) if sandbox.is_on() => {
                         let mut whole: BTreeMap<String, String> =
@@ -198,6 +199,7 @@ pub async fn connect(
                     max_message_bytes: spec.max_message_bytes,
                     limits: *limits,
                     egress,
+                    sandboxed,
                 })
                 .map_err(|e| McpError::Connect(format!("cannot start '{command}': {e}")))?;
                 tracing::info!(upstream = %spec.label, pid = transport.pid(), "stdio server started");

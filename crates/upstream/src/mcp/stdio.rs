@@ -58,6 +58,8 @@ pub(crate) struct StdioCommand {
     pub limits: StdioLimits,
     /// The sandbox's egress proxy, kept as long as the server runs.
     pub egress: Option<crate::sandbox::EgressProxy>,
+    /// Whether it starts in a sandbox (whose own processes its count leaves out).
+    pub sandboxed: bool,
 }
 
 pub struct StdioTransport {
@@ -68,6 +70,8 @@ pub struct StdioTransport {
     cgroup: Option<Arc<ServerCgroup>>,
     exit: ExitNote,
     _egress: Option<crate::sandbox::EgressProxy>,
+    /// Its leader is bubblewrap, which exits 128 + N when the server is killed by N.
+    sandboxed: bool,
 }
 
 /// Why a stdio server's output ended, set once it has: read by the client, whose
@@ -135,7 +139,11 @@ impl StdioTransport {
             max_message_bytes,
             limits,
             egress,
+            sandboxed,
         } = spec;
+        let sandbox = sandboxed.then_some(tree::SandboxShape {
+            egress: egress.is_some(),
+        });
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -156,7 +164,7 @@ impl StdioTransport {
         }
         let mut child = command.spawn()?;
         let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))? as i32;
-        guard.add(pid, cgroup.clone());
+        guard.add(pid, cgroup.clone(), sandbox);
         let stdin = child.stdin.take();
         let stdout = child
             .stdout
@@ -176,6 +184,7 @@ impl StdioTransport {
                 cgroup,
                 exit: ExitNote::default(),
                 _egress: egress,
+                sandboxed,
             },
             stderr,
         ))
@@ -212,6 +221,16 @@ impl StdioTransport {
             None => None,
         };
         let limit = self.cgroup.as_ref().and_then(|cgroup| cgroup.explain());
+        let status = status.map(|status| {
+            use std::os::unix::process::ExitStatusExt as _;
+            match status.code() {
+                // bubblewrap's way of saying its child was killed by signal N.
+                Some(code) if self.sandboxed && (129..=192).contains(&code) => {
+                    std::process::ExitStatus::from_raw(code - 128)
+                }
+                _ => status,
+            }
+        });
         let _ = self.exit.set(describe_exit(status, limit));
     }
 }
@@ -435,6 +454,7 @@ pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
 struct LiveGroup {
     escaped: tree::Escaped,
     cgroup: Option<Arc<ServerCgroup>>,
+    sandbox: Option<tree::SandboxShape>,
 }
 
 /// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
@@ -529,13 +549,19 @@ impl GroupGuard {
     // The watchdog is told while the list is locked, so that it hears of a group in the
     // order the list changed (a survey's `+` never after the `-` of its server's end).
 
-    fn add(&self, pgid: i32, cgroup: Option<Arc<ServerCgroup>>) {
+    fn add(
+        &self,
+        pgid: i32,
+        cgroup: Option<Arc<ServerCgroup>>,
+        sandbox: Option<tree::SandboxShape>,
+    ) {
         let mut live = self.live.lock().expect("guard list");
         live.insert(
             pgid,
             LiveGroup {
                 escaped: tree::Escaped::default(),
                 cgroup,
+                sandbox,
             },
         );
         self.tell(format!("+{pgid}\n"));
@@ -579,9 +605,10 @@ impl GroupGuard {
                 .as_ref()
                 .map(|cgroup| cgroup.members())
                 .unwrap_or_default();
-            let (now, new_groups) = group
-                .escaped
-                .survey(*pgid, in_cgroup, &table, self.page_bytes);
+            let (now, new_groups) =
+                group
+                    .escaped
+                    .survey(*pgid, in_cgroup, &table, self.page_bytes, group.sandbox);
             usage.insert(*pgid, now);
             for group in new_groups {
                 self.tell(format!("+{group}\n"));

@@ -125,6 +125,7 @@ async fn dropping_the_transport_ends_the_whole_group() {
         max_message_bytes: 1024,
         limits: Default::default(),
         egress: None,
+        sandboxed: false,
     })
     .unwrap();
     let pgid = transport.pid() as i32;

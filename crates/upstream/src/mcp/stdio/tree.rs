@@ -26,6 +26,8 @@ struct Process {
     /// Clock ticks after boot: with the pid, names one process even if the pid is reused.
     start: u64,
     rss_pages: u64,
+    /// Named `socat`: the egress forwarder of a sandbox, when it is where one is.
+    forwarder: bool,
 }
 
 /// One reading of `/proc`: every live process (zombies left out), by pid and by parent.
@@ -71,6 +73,39 @@ impl ProcessTable {
         }
     }
 
+    /// A sandboxed server's sandbox: its leader (bubblewrap), the leader's child
+    /// (bubblewrap's init in the pid namespace), and with egress the one forwarder
+    /// the server's first process started. Counted by place in the tree, so a server
+    /// naming its processes `bwrap` hides nothing; one `socat` at most is taken.
+    fn sandbox_processes(
+        &self,
+        leader: i32,
+        shape: SandboxShape,
+        members: &BTreeSet<i32>,
+    ) -> usize {
+        let children = |pid: i32| {
+            self.children
+                .get(&pid)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|child| members.contains(child))
+                .collect::<Vec<_>>()
+        };
+        let inits = children(leader);
+        let forwarders = if shape.egress {
+            inits
+                .iter()
+                .flat_map(|init| children(*init))
+                .flat_map(children)
+                .find(|pid| self.processes.get(pid).is_some_and(|p| p.forwarder))
+                .map_or(0, |_| 1)
+        } else {
+            0
+        };
+        usize::from(members.contains(&leader)) + inits.len() + forwarders
+    }
+
     fn in_groups<'a>(&'a self, groups: &'a BTreeSet<i32>) -> impl Iterator<Item = i32> + 'a {
         self.processes
             .values()
@@ -96,7 +131,9 @@ pub(super) fn start_time(pid: i32, stat: &str) -> Option<u64> {
 /// `pid (comm) state ppid pgrp session … starttime(22) vsize rss(24) …`; `comm` may hold
 /// spaces and parentheses, so fields are counted after its last `)`.
 fn parse_stat(pid: i32, stat: &str) -> Option<Process> {
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let close = stat.rfind(')')?;
+    let comm = stat.get(stat.find('(')? + 1..close)?;
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
     // Field N of the man page is fields[N - 3].
     if fields.first() == Some(&"Z") {
         return None;
@@ -107,10 +144,19 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Process> {
         pgrp: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
         rss_pages: fields.get(21)?.parse().ok()?,
+        forwarder: comm == "socat",
     })
 }
 
-/// What a server runs now: its processes and their resident memory.
+/// How a server is sandboxed, for what the survey leaves out of its count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SandboxShape {
+    /// An egress forwarder runs beside the server.
+    pub egress: bool,
+}
+
+/// What a server runs now: its processes (its sandbox's own left out) and their resident
+/// memory (the sandbox's included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupUsage {
     pub processes: usize,
@@ -130,13 +176,15 @@ pub(super) struct Escaped {
 impl Escaped {
     /// Finds the processes of the server whose group is `pgid` in `table` (and those in
     /// its cgroup, `in_cgroup`), records those that left the group, and tells what the
-    /// server runs. Returns the groups newly led by one of its processes.
+    /// server runs (not counting its sandbox's own processes, `sandbox`). Returns the
+    /// groups newly led by one of its processes.
     pub(super) fn survey(
         &mut self,
         pgid: i32,
         in_cgroup: Vec<i32>,
         table: &ProcessTable,
         page_bytes: u64,
+        sandbox: Option<SandboxShape>,
     ) -> (GroupUsage, Vec<i32>) {
         self.processes
             .retain(|pid, start| table.is_same(*pid, *start));
@@ -167,8 +215,9 @@ impl Escaped {
                 new_groups.push(process.pgrp);
             }
         }
+        let own = sandbox.map_or(0, |shape| table.sandbox_processes(pgid, shape, &members));
         let usage = GroupUsage {
-            processes: members.len(),
+            processes: members.len().saturating_sub(own),
             memory_bytes: memory_pages * page_bytes,
         };
         (usage, new_groups)
