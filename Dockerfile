@@ -19,6 +19,7 @@ FROM debian:bookworm-slim
 # their parent are re-parented to PID 1 and must be reaped by someone.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates tini nodejs npm python3 python3-pip \
+       bubblewrap socat \
     && pip3 install --no-cache-dir --break-system-packages uv \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 10001 mcp \
@@ -30,6 +31,11 @@ ENV MCP_POOL__SERVER__HOST=0.0.0.0 \
     MCP_POOL__STORAGE__DATA_DIR=/data
 VOLUME /data
 EXPOSE 8080 50051
+# Every stdio server runs in a bubblewrap sandbox, which needs user namespaces: Docker's
+# default seccomp profile refuses them, so run with `--security-opt seccomp=unconfined`
+# (or a profile allowing unshare/clone of namespaces) and, where AppArmor confines
+# containers, `--security-opt apparmor=unconfined`; `GET /readyz` says whether servers
+# are isolated. MCP_POOL__POOL__SANDBOX__MODE=off runs them unisolated instead.
 # Probes: GET /healthz (alive), GET /readyz (database reachable); metrics at /metrics.
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/mcp-pool"]
 CMD ["serve"]

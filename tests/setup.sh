@@ -20,11 +20,17 @@ npm ci --prefix tests/console --no-audit --no-fund
 # MCP Apps (tests/api/apps.rs): the official ext-apps SDK (an example server of ours and the
 # host's app bridge), its published example server, and esbuild to bundle the bridge.
 npm ci --prefix tests/apps --no-audit --no-fund
+# The stdio servers' sandbox (tests/api/sandbox.rs and every stdio test): bubblewrap, and
+# socat for network "egress". The browser MCP servers the sandbox tests run with Debian's
+# chromium (tests/api/sandbox_browsers.rs): Playwright MCP and Chrome DevTools MCP.
+npm ci --prefix tests/browsers --no-audit --no-fund
 # nginx: in front of instances (tests/api/nginx.rs) and as a TLS server offering HTTP/2
 # (tests/api/http2_upstreams.rs); Debian installs it into /usr/sbin.
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v socat >/dev/null || missing+=(socat)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

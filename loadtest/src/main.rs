@@ -157,6 +157,21 @@ enum Scenario {
         #[arg(long)]
         model_dir: Option<String>,
     },
+    /// The stdio servers' sandbox beside the same servers unsandboxed: spawn latency,
+    /// many users' first calls, memory (PSS) per server, calls/s once connected.
+    Sandbox {
+        /// Users whose first calls run at once (16 in flight).
+        #[arg(long, default_value_t = 200)]
+        users: usize,
+        /// Servers spawned one at a time, for the spawn's latency.
+        #[arg(long, default_value_t = 40)]
+        spawns: usize,
+        /// Calls on one connected server.
+        #[arg(long, default_value_t = 4000)]
+        calls: usize,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
     /// Mixed load with faults for a while, outcomes by error code, then a leak check.
     Soak {
         #[arg(long, default_value_t = 60)]
@@ -238,6 +253,12 @@ async fn main() -> Result<()> {
         Scenario::ToolSearch { set, model_dir } => {
             scenarios::tool_search::run(set, model_dir, cli.json).await
         }
+        Scenario::Sandbox {
+            users,
+            spawns,
+            calls,
+            concurrency,
+        } => scenarios::sandbox::run(users, spawns, calls, concurrency, cli.json).await,
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }

@@ -8,5 +8,6 @@ pub mod cluster;
 pub mod confirmations;
 pub mod operator_lists;
 pub mod peers;
+pub mod sandbox;
 pub mod soak;
 pub mod tool_search;

@@ -108,7 +108,10 @@ test('stopping it from the console ends its process', async () => {
   const pid = await api('POST', `/api/mcp-servers/${SERVER}/tools/pid/call`,
     { key: SERVICE_KEY, user: USER, body: { arguments: {} } });
   assert.equal(pid.status, 200, JSON.stringify(pid));
-  const processId = Number(pid.body.content[0].text);
+  // Its process on the host, as the admin API shows it (inside its sandbox the fixture
+  // is pid 2 of its own pid namespace).
+  const live = await api('GET', `/admin/connections?userId=${USER}`);
+  const processId = live.body.connections.find((c) => c.serverId === SERVER)?.pid;
   assert.ok(await processAlive(processId), `the fixture ${processId} runs`);
   // What it runs, read from /proc when the list is read.
   await page.reload();
