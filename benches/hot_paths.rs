@@ -168,6 +168,7 @@ fn registry(c: &mut Criterion) {
                 max_message_bytes: 16 << 20,
                 inherited_env: Vec::new(),
                 sessions_per_http_client: 32,
+                sandbox: mcp_pool::Settings::defaults().pool.sandbox,
             },
             Default::default(),
         )
