@@ -11,20 +11,20 @@ COPY . .
 # BuildKit caches keep the registry and the target directory between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin mcp-pool --features "$FEATURES" \
-    && cp target/release/mcp-pool /usr/local/bin/mcp-pool
+    cargo build --release --locked --bin mcp-pool --bin mcp-pool-egress --features "$FEATURES" \
+    && cp target/release/mcp-pool target/release/mcp-pool-egress /usr/local/bin/
 
 FROM debian:bookworm-slim
 # tini as PID 1: grandchildren of stdio servers (npx, uvx spawn their own) that outlive
 # their parent are re-parented to PID 1 and must be reaped by someone.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates tini nodejs npm python3 python3-pip \
-       bubblewrap socat \
+       bubblewrap \
     && pip3 install --no-cache-dir --break-system-packages uv \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 10001 mcp \
     && mkdir -p /data && chown mcp /data
-COPY --from=build /usr/local/bin/mcp-pool /usr/local/bin/mcp-pool
+COPY --from=build /usr/local/bin/mcp-pool /usr/local/bin/mcp-pool-egress /usr/local/bin/
 USER mcp
 WORKDIR /home/mcp
 ENV MCP_POOL__SERVER__HOST=0.0.0.0 \

@@ -20,8 +20,7 @@ npm ci --prefix tests/console --no-audit --no-fund
 # MCP Apps (tests/api/apps.rs): the official ext-apps SDK (an example server of ours and the
 # host's app bridge), its published example server, and esbuild to bundle the bridge.
 npm ci --prefix tests/apps --no-audit --no-fund
-# The stdio servers' sandbox (tests/api/sandbox.rs and every stdio test): bubblewrap, and
-# socat for network "egress". The browser MCP servers the sandbox tests run with Debian's
+# The stdio servers' sandbox (tests/api/sandbox.rs and every stdio test): bubblewrap. The browser MCP servers the sandbox tests run with Debian's
 # chromium (tests/api/sandbox_browsers.rs): Playwright MCP and Chrome DevTools MCP.
 npm ci --prefix tests/browsers --no-audit --no-fund
 # nginx: in front of instances (tests/api/nginx.rs) and as a TLS server offering HTTP/2
@@ -30,7 +29,6 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
-command -v socat >/dev/null || missing+=(socat)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
@@ -68,4 +66,9 @@ catalog_uv_cache="$PWD/tests/catalog/.uv-cache"
 for package in @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-memory@2026.8.31; do
   NPM_CONFIG_CACHE="$catalog_npm_cache" npx --yes --package "$package" -c true
 done
-UV_CACHE_DIR="$catalog_uv_cache" tests/clients/.venv/bin/uvx --from mcp-server-time==2026.10.19 mcp-server-time --help >/dev/null
+# With the Python the servers' sandboxes see (/usr/bin/python3; the catalog test's runtime
+# names it in UV_PYTHON): uv resolves a tool's dependencies per interpreter.
+for package in mcp-server-time==2026.10.19 mcp-server-fetch==2026.10.24; do
+  UV_PYTHON=/usr/bin/python3 UV_CACHE_DIR="$catalog_uv_cache" \
+    tests/clients/.venv/bin/uvx --from "$package" "${package%%==*}" --help >/dev/null
+done

@@ -160,6 +160,9 @@ enum Scenario {
     /// The stdio servers' sandbox beside the same servers unsandboxed: spawn latency,
     /// many users' first calls, memory (PSS) per server, calls/s once connected.
     Sandbox {
+        /// The server each user runs.
+        #[arg(long, value_enum, default_value_t = scenarios::sandbox::Upstream::Fixture)]
+        server: scenarios::sandbox::Upstream,
         /// Users whose first calls run at once (16 in flight).
         #[arg(long, default_value_t = 200)]
         users: usize,
@@ -254,11 +257,12 @@ async fn main() -> Result<()> {
             scenarios::tool_search::run(set, model_dir, cli.json).await
         }
         Scenario::Sandbox {
+            server,
             users,
             spawns,
             calls,
             concurrency,
-        } => scenarios::sandbox::run(users, spawns, calls, concurrency, cli.json).await,
+        } => scenarios::sandbox::run(server, users, spawns, calls, concurrency, cli.json).await,
         Scenario::Chat { chats, concurrency } => {
             scenarios::chat::run(chats, concurrency, cli.json).await
         }

@@ -161,7 +161,7 @@ async fn list(
 }
 
 /// Counts: connections by state and stdio, confirmation actors (messages with open tool
-/// calls) and parked calls.
+/// calls) and parked calls; whether stdio servers start isolated (`sandbox`).
 #[utoipa::path(get, path = "/admin/stats", tag = "admin",
     responses((status = OK, body = Value)))]
 async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonResponse<Value> {
@@ -171,6 +171,7 @@ async fn stats(State(state): State<AppState>, _admin: AdminContext) -> JsonRespo
 /// The `/admin/stats` body (also sent on `/admin/events` as `stats`).
 pub(super) fn stats_body(state: &AppState) -> Value {
     let census = census(&state.services.upstream.connections());
+    let sandbox = state.services.upstream.sandbox_status();
     json!({
         "connections": {
             "total": census.total,
@@ -184,6 +185,12 @@ pub(super) fn stats_body(state: &AppState) -> Value {
         "confirmations": {
             "activeMessages": state.services.confirmations.active_messages(),
             "parkedCalls": state.services.confirmations.parked_calls(),
+        },
+        // Whether stdio servers start isolated here (`pool.sandbox`), and why not.
+        "sandbox": {
+            "mode": sandbox.mode,
+            "isolated": sandbox.isolated,
+            "problem": sandbox.problem,
         },
         // Whether this instance knows of others it tells about changes (PostgreSQL).
         "cluster": {

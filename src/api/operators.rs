@@ -216,6 +216,11 @@ struct ServerSummaryView {
     /// `state`, `lastError`, `history` as in `/admin/connections`.
     #[schema(value_type = Option<Object>)]
     connection: Option<crate::api::connections::ConnectionView>,
+    /// A stdio server's private home on the instance that answered (its sandbox's
+    /// `/home/mcp`): the bytes of its files, read up to 100,000 entries. Absent for
+    /// other servers and for one that never ran there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    home_bytes: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -263,6 +268,7 @@ async fn servers(
                     disabled_tools: spec.disabled_tools.clone(),
                     auto_approve_tools: spec.auto_approve_tools.clone(),
                     connection: summary.connection.map(Into::into),
+                    home_bytes: summary.home_bytes,
                 }
             })
             .collect(),

@@ -79,8 +79,8 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
     .await;
     // node's spec reporter closes with `ℹ tests N` and `ℹ pass N`.
     let count = |label: &str| reported(&output, label);
-    assert_eq!(count("tests"), Some(11), "{output}");
-    assert_eq!(count("pass"), Some(11), "{output}");
+    assert_eq!(count("tests"), Some(12), "{output}");
+    assert_eq!(count("pass"), Some(12), "{output}");
     app.stop().await;
 }
 
@@ -378,4 +378,19 @@ impl Collected {
         }
         String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
     }
+}
+
+/// The overview warns when stdio servers are not isolated (`tests/console/sandbox.test.mjs`):
+/// a service whose bubblewrap cannot be found, at 1366 px and 390 px.
+#[tokio::test]
+async fn the_overview_says_when_stdio_servers_are_not_isolated() {
+    let app = crate::helpers::spawn_pool_app_with(|s| {
+        s.pool.sandbox.bwrap = "/nonexistent/bwrap".into();
+    })
+    .await;
+    let output = run_console_script(&app, "sandbox.test.mjs", &[]).await;
+    let count = |label: &str| reported(&output, label);
+    assert_eq!(count("tests"), Some(2), "{output}");
+    assert_eq!(count("pass"), Some(2), "{output}");
+    app.stop().await;
 }

@@ -211,6 +211,12 @@ async fn each_server_keeps_its_state_in_a_private_home_that_goes_with_it() {
     let by_path = probe(&app, "bob", &bob, "read_path", json!({"path": homes[0]})).await;
     assert!(by_path.is_err(), "{by_path:?}");
 
+    // The admin list shows the home's size (alice's note: 7 bytes; bob's home: empty).
+    let listed = app
+        .admin(Method::GET, "/admin/servers?search=alice", None)
+        .await;
+    assert_eq!(listed.body["servers"][0]["homeBytes"], 7, "{}", listed.text);
+
     // Kept across a reconnect (the admin closes the connection).
     let closed = app
         .admin(
@@ -340,7 +346,7 @@ async fn host_network_is_an_admins_explicit_choice_and_reaches_loopback() {
 }
 
 /// Names a hostile server might fetch, and where they really lead.
-struct Names(HashMap<&'static str, IpAddr>);
+pub struct Names(pub HashMap<&'static str, IpAddr>);
 
 impl NameLookup for Names {
     fn lookup(&self, host: &str) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
@@ -354,7 +360,7 @@ impl NameLookup for Names {
 }
 
 /// An HTTP server on `ip` answering every request `200 hello from <ip>`.
-async fn web_server(ip: IpAddr) -> u16 {
+pub async fn web_server(ip: IpAddr) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();

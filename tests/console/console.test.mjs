@@ -129,6 +129,13 @@ test('stopping it from the console ends its process', async () => {
   assert.ok(!left.body.connections.some((c) => c.serverId === SERVER), JSON.stringify(left.body));
 });
 
+test('the servers page shows a stdio server\'s private home and its size', async () => {
+  await go(`servers?search=${encodeURIComponent(USER)}`);
+  const home = page.locator(`tr[data-server="${SERVER}"]`).getByTestId('home');
+  await home.waitFor();
+  assert.match(await home.innerText(), /^home: \d+\.\d MiB$/);
+});
+
 test('a server named <script> renders as text', async () => {
   await go(`users/${USER}`);
   const servers = page.getByRole('table', { name: 'Servers' });

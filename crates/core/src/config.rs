@@ -309,6 +309,9 @@ pub struct SandboxSettings {
     pub tmp_size_mib: u32,
     /// Host paths every server may read, at the same path (a runtime outside /usr).
     pub read_only_paths: Vec<String>,
+    /// The egress forwarder (`mcp-pool-egress`); empty: the one beside the running
+    /// executable, else on the service's PATH.
+    pub egress_forwarder: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

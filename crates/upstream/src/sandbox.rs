@@ -17,6 +17,7 @@ use crate::domain::NetworkMode;
 use crate::security::UrlPolicy;
 
 mod egress;
+mod etc;
 
 pub use egress::EgressProxy;
 
@@ -26,6 +27,8 @@ pub const HOME: &str = "/home/mcp";
 const UID: &str = "1000";
 /// Where the egress proxy's socket folder is mounted.
 const EGRESS_DIR: &str = "/run/mcp-pool";
+/// Where the egress forwarder is mounted.
+const FORWARDER: &str = "/run/mcp-pool-egress";
 /// The port the in-sandbox forwarder listens on (the sandbox's own loopback).
 const EGRESS_PORT: u16 = 3128;
 
@@ -33,43 +36,9 @@ const EGRESS_PORT: u16 = 3128;
 /// error a person reads is cut at 200 characters).
 const UNAVAILABLE: &str = "stdio servers need a sandbox and none can be made (pool.sandbox.mode = \"off\" runs them unisolated)";
 
-/// The parts of `/etc` programs need: certificates, name resolution, time zone, the
-/// dynamic linker's cache, Debian's alternatives (`/usr/bin/x` links through them), fonts,
-/// Debian chromium's launcher settings.
-/// Users and groups are the sandbox's own (`passwd`, `group` below).
-const ETC: &[&str] = &[
-    "ssl",
-    "ca-certificates",
-    "ca-certificates.conf",
-    "pki",
-    "resolv.conf",
-    "hosts",
-    "host.conf",
-    "nsswitch.conf",
-    "gai.conf",
-    "services",
-    "protocols",
-    "localtime",
-    "timezone",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "alternatives",
-    "fonts",
-    "chromium",
-    "chromium.d",
-    "mime.types",
-    "os-release",
-];
-
 /// The top-level folders of a usr-merged system; each is a link into `/usr` or a
 /// read-only copy of the host's own.
 const SYSTEM: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
-
-const PASSWD: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\n\
-    mcp:x:1000:1000:MCP server:/home/mcp:/usr/sbin/nologin\n\
-    nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-const GROUP: &str = "root:x:0:\nmcp:x:1000:\nnogroup:x:65534:\n";
 
 /// The sandbox as configured and found at start.
 #[derive(Debug)]
@@ -81,8 +50,12 @@ pub struct Sandbox {
     unavailable: Option<String>,
     /// Why egress cannot be offered (no forwarder inside); `None` when it can.
     no_egress: Option<String>,
-    /// The folder of the sandbox's own `passwd` and `group`, and the egress sockets.
+    /// The egress forwarder (`mcp-pool-egress`), found at start.
+    forwarder: PathBuf,
+    /// The folder of the sandbox's `/etc` and of the egress sockets.
     files: PathBuf,
+    /// The sandbox's `/etc` (`etc.rs`), made at start.
+    etc: PathBuf,
     default_network: NetworkMode,
     tmp_size_bytes: u64,
     shared_read_only: Vec<String>,
@@ -126,6 +99,8 @@ impl Sandbox {
             bwrap: PathBuf::from(&settings.bwrap),
             unavailable: None,
             no_egress: None,
+            forwarder: PathBuf::new(),
+            etc: files.join("etc"),
             files,
             default_network: settings.network,
             tmp_size_bytes: u64::from(settings.tmp_size_mib) * 1024 * 1024,
@@ -138,10 +113,15 @@ impl Sandbox {
             return Arc::new(sandbox);
         }
         sandbox.unavailable = sandbox.probe().err();
-        if sandbox.unavailable.is_none() && find_program("socat", None).is_none() {
-            sandbox.no_egress = Some(
-                "network \"egress\" needs socat inside the sandbox (Debian's package socat); servers with that network cannot start".into(),
-            );
+        match find_forwarder(&settings.egress_forwarder) {
+            Some(found) => sandbox.forwarder = found,
+            None if sandbox.unavailable.is_none() => {
+                sandbox.no_egress = Some(format!(
+                    "network \"egress\" needs the forwarder mcp-pool-egress, installed beside mcp-pool (pool.sandbox.egress_forwarder: '{}'); servers with that network cannot start",
+                    settings.egress_forwarder
+                ));
+            }
+            None => {}
         }
         match (&sandbox.unavailable, &sandbox.no_egress) {
             (Some(why), _) => tracing::error!(
@@ -162,7 +142,9 @@ impl Sandbox {
             bwrap: PathBuf::new(),
             unavailable: None,
             no_egress: None,
+            forwarder: PathBuf::new(),
             files: PathBuf::new(),
+            etc: PathBuf::new(),
             default_network: NetworkMode::Host,
             tmp_size_bytes: 0,
             shared_read_only: Vec::new(),
@@ -208,9 +190,8 @@ impl Sandbox {
             ));
         };
         self.bwrap = bwrap;
-        std::fs::create_dir_all(self.files.join("egress"))
-            .and_then(|()| std::fs::write(self.files.join("passwd"), PASSWD))
-            .and_then(|()| std::fs::write(self.files.join("group"), GROUP))
+        self.etc = std::fs::create_dir_all(self.files.join("egress"))
+            .and_then(|()| etc::prepare(&self.files))
             .map_err(|e| format!("cannot write {}: {e}", self.files.display()))?;
         let home = self.files.join("probe-home");
         let _ = std::fs::create_dir_all(&home);
@@ -278,17 +259,11 @@ impl Sandbox {
                 Err(_) => {}
             }
         }
-        for name in ETC {
-            let path = format!("/etc/{name}");
-            args.extend(["--ro-bind-try".into(), path.clone(), path]);
-        }
-        for (file, at) in [("passwd", "/etc/passwd"), ("group", "/etc/group")] {
-            args.extend([
-                "--ro-bind".into(),
-                self.files.join(file).display().to_string(),
-                at.into(),
-            ]);
-        }
+        args.extend([
+            "--ro-bind".into(),
+            self.etc.display().to_string(),
+            "/etc".into(),
+        ]);
         args.extend([
             "--proc".into(),
             "/proc".into(),
@@ -368,6 +343,9 @@ impl Sandbox {
                 "--ro-bind".into(),
                 proxy.folder().display().to_string(),
                 EGRESS_DIR.into(),
+                "--ro-bind".into(),
+                self.forwarder.display().to_string(),
+                FORWARDER.into(),
             ]);
             let proxy_url = format!("http://127.0.0.1:{EGRESS_PORT}");
             for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
@@ -383,13 +361,15 @@ impl Sandbox {
         };
         bwrap_args.push("--".into());
         if egress.is_some() {
-            // The forwarder from the sandbox's own loopback to the proxy's socket, beside
-            // the server (the pid namespace ends it with the server).
-            let forward = format!(
-                "socat TCP-LISTEN:{EGRESS_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{EGRESS_DIR}/{} 2>/dev/null & exec \"$0\" \"$@\"",
-                egress::SOCKET
-            );
-            bwrap_args.extend(["/bin/sh".into(), "-c".into(), forward]);
+            // The forwarder from the sandbox's own loopback to the proxy's socket: it
+            // listens, then becomes the server and leaves a child forwarding (the pid
+            // namespace ends it with the server).
+            bwrap_args.extend([
+                FORWARDER.into(),
+                EGRESS_PORT.to_string(),
+                format!("{EGRESS_DIR}/{}", egress::SOCKET),
+                "--".into(),
+            ]);
         }
         bwrap_args.push(program.into());
         bwrap_args.extend(args.iter().cloned());
@@ -397,6 +377,27 @@ impl Sandbox {
         command.args(bwrap_args).env_clear().envs(env);
         Ok(SandboxedCommand { command, egress })
     }
+}
+
+/// The egress forwarder: the configured path, else `mcp-pool-egress` beside the running
+/// executable (or the load tool, or a test, in `target/<profile>`), else on the PATH.
+fn find_forwarder(configured: &str) -> Option<PathBuf> {
+    const NAME: &str = "mcp-pool-egress";
+    if !configured.is_empty() {
+        return find_program(configured, None);
+    }
+    let exe = std::env::current_exe().ok()?;
+    let beside = exe.parent().map(|dir| dir.join(NAME));
+    // A test binary runs from target/<profile>/deps.
+    let above = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join(NAME));
+    beside
+        .into_iter()
+        .chain(above)
+        .find_map(|path| find_program(&path.display().to_string(), None))
+        .or_else(|| find_program(NAME, None))
 }
 
 /// Where `program` is installed: the file itself, or the prefix above its `bin/` (an

@@ -48,7 +48,46 @@ struct Figures {
     calls_per_s: f64,
 }
 
+/// The server every user runs: the project's fixture (a Rust binary: the cheapest
+/// server to start, so the sandbox's share is largest) or the reference server-everything
+/// (Node.js, as most servers are).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Upstream {
+    Fixture,
+    Everything,
+}
+
+impl Upstream {
+    /// The preset, and the tool call each user makes.
+    fn preset_and_call(self, network: &str) -> Result<(Value, &'static str, Value)> {
+        Ok(match self {
+            Upstream::Fixture => (
+                json!({"name": "server", "command": fixture_binary()?, "args": ["stdio"],
+                       "sandbox": {"network": network}}),
+                "echo",
+                json!({"text": "x"}),
+            ),
+            Upstream::Everything => {
+                let folder = std::env::current_dir()?.join("tests/upstreams");
+                let script = folder
+                    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+                anyhow::ensure!(
+                    script.exists(),
+                    "server-everything is not installed: run tests/setup.sh"
+                );
+                (
+                    json!({"name": "server", "command": "node", "args": [script, "stdio"],
+                           "sandbox": {"network": network, "readOnlyPaths": [folder]}}),
+                    "echo",
+                    json!({"message": "x"}),
+                )
+            }
+        })
+    }
+}
+
 pub async fn run(
+    upstream: Upstream,
     users: usize,
     spawns: usize,
     calls: usize,
@@ -57,10 +96,8 @@ pub async fn run(
 ) -> Result<()> {
     let mut rows = Vec::new();
     for mode in MODES {
-        rows.push((
-            mode,
-            one_mode(mode, users, spawns, calls, concurrency).await?,
-        ));
+        let figures = one_mode(upstream, mode, users, spawns, calls, concurrency).await?;
+        rows.push((mode, figures));
     }
     let base = &rows[0].1;
     if json_out {
@@ -104,6 +141,7 @@ pub async fn run(
 }
 
 async fn one_mode(
+    upstream: Upstream,
     mode: Mode,
     users: usize,
     spawns: usize,
@@ -120,24 +158,30 @@ async fn one_mode(
         })
         .await?,
     );
-    let fixture = fixture_binary()?;
-    service
-        .post(
-            "/admin/presets",
-            "admin",
-            json!({"name": "fixture", "command": fixture, "args": ["stdio"],
-                   "sandbox": {"network": mode.network}}),
-        )
-        .await?;
+    let (preset, tool, arguments) = upstream.preset_and_call(mode.network)?;
+    service.post("/admin/presets", "admin", preset).await?;
+    let call = Arc::new(move |service: Arc<Service>, user: String, id: String| {
+        let arguments = arguments.clone();
+        async move {
+            service
+                .post(
+                    &format!("/api/mcp-servers/{id}/tools/{tool}/call"),
+                    &user,
+                    json!({ "arguments": arguments }),
+                )
+                .await
+                .map(|_| ())
+        }
+    });
     // One server at a time: the spawn itself.
     let mut spawn_times = Vec::new();
     for n in 0..spawns {
         let user = format!("spawn-{n}");
         let id = service
-            .create_server(&user, json!({"name": "fx", "preset": "fixture"}))
+            .create_server(&user, json!({"name": "fx", "preset": "server"}))
             .await?;
         let started = Instant::now();
-        echo(&service, &user, &id).await?;
+        call(service.clone(), user.clone(), id.clone()).await?;
         spawn_times.push(started.elapsed());
         // Each measured alone: its process gone before the next starts.
         service
@@ -156,7 +200,7 @@ async fn one_mode(
     for n in 0..users {
         let user = format!("user-{n}");
         let id = service
-            .create_server(&user, json!({"name": "fx", "preset": "fixture"}))
+            .create_server(&user, json!({"name": "fx", "preset": "server"}))
             .await?;
         servers.push((user, id));
     }
@@ -164,10 +208,10 @@ async fn one_mode(
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..CONNECTORS {
-        let (service, servers) = (service.clone(), servers.clone());
+        let (service, servers, call) = (service.clone(), servers.clone(), call.clone());
         workers.push(tokio::spawn(async move {
             for (user, id) in servers.iter().skip(worker).step_by(CONNECTORS) {
-                echo(&service, user, id).await?;
+                call(service.clone(), user.clone(), id.clone()).await?;
             }
             Ok::<_, anyhow::Error>(())
         }));
@@ -192,11 +236,10 @@ async fn one_mode(
     let (user, id) = servers[0].clone();
     let caller = service.clone();
     let summary = measure(calls, concurrency, move || {
-        let (service, user, id) = (caller.clone(), user.clone(), id.clone());
-        async move { echo(&service, &user, &id).await }
+        call(caller.clone(), user.clone(), id.clone())
     })
     .await?;
-    service.clone().stop().await?;
+    service.stop().await?;
     Ok(Figures {
         spawn_p50_ms: spawn.p50 / 1000.0,
         spawn_p99_ms: spawn.p99 / 1000.0,
@@ -204,17 +247,6 @@ async fn one_mode(
         pss_mib,
         calls_per_s: summary.throughput,
     })
-}
-
-async fn echo(service: &Service, user: &str, id: &str) -> Result<()> {
-    service
-        .post(
-            &format!("/api/mcp-servers/{id}/tools/echo/call"),
-            user,
-            json!({"arguments": {"text": "x"}}),
-        )
-        .await?;
-    Ok(())
 }
 
 /// The proportional set size of `root` and every process beneath it, in KiB.

@@ -19,3 +19,24 @@ fn a_runtime_is_bound_from_the_prefix_above_its_bin() {
     );
     assert!(installation_of("no-such-program-here", Some("/nowhere")).is_empty());
 }
+
+#[test]
+fn the_sandboxs_etc_has_its_own_users_and_no_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let etc = etc::prepare(dir.path()).unwrap();
+    let passwd = std::fs::read_to_string(etc.join("passwd")).unwrap();
+    assert!(passwd.contains("mcp:x:1000:1000"), "{passwd}");
+    assert!(
+        !passwd.contains("postgres"),
+        "no host user is listed: {passwd}"
+    );
+    assert!(!etc.join("shadow").exists());
+    assert!(!etc.join("ssl/private").exists());
+    if std::path::Path::new("/etc/ssl/certs").exists() {
+        assert!(etc.join("ssl/certs").exists());
+    }
+    // Made again at the next start, replacing the last one.
+    std::fs::write(etc.join("stale"), "x").unwrap();
+    let again = etc::prepare(dir.path()).unwrap();
+    assert!(!again.join("stale").exists());
+}

@@ -379,8 +379,11 @@ function Overview() {
   const card = (label, value, testid) => html`<div class="card" data-testid=${testid}>
     <div class="label">${label}</div><div class="value">${value ?? '—'}</div></div>`;
   const liveInstances = instances ? instances.instances.filter((i) => i.live).length : null;
+  const sandbox = stats && stats.sandbox;
   return html`<h1>Overview</h1>
     <${ErrorBox} error=${error} />
+    ${sandbox && !sandbox.isolated ? html`<div class="alert error" role="alert" data-testid="not-isolated">
+      Stdio servers are not isolated: ${sandbox.problem}</div>` : null}
     <h2>Now</h2>
     <div class="cards">
       ${card('Live connections', c && c.total, 'connections-total')}
@@ -730,7 +733,8 @@ function Servers({ params }) {
             <td>${s.name}<div class="muted">${s.type}${s.isActive ? '' : ' · inactive'}</div>
               ${s.catalog ? html`<div class="muted" data-testid="catalog-entry">from the catalog: <a href=${`#/catalog?${new URLSearchParams({ search: s.catalog })}`}>${s.catalog}</a></div>` : null}
               ${s.disabledTools.length ? html`<div class="muted">disabled: ${s.disabledTools.join(', ')}</div>` : null}
-              ${s.autoApproveTools.length ? html`<div class="muted">auto-approved: ${s.autoApproveTools.join(', ')}</div>` : null}</td>
+              ${s.autoApproveTools.length ? html`<div class="muted">auto-approved: ${s.autoApproveTools.join(', ')}</div>` : null}
+              ${s.homeBytes != null ? html`<div class="muted" data-testid="home">home: ${mebibytes(s.homeBytes)}</div>` : null}</td>
             <td><a href=${`#/users/${enc(s.userId)}`}>${s.userId}</a></td>
             <td class="hide-narrow mono">${s.target}</td>
             <td>${c ? html`<${StateBadge} state=${c.state} />` : html`<span class="muted">not connected here</span>`}</td>

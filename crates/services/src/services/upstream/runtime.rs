@@ -224,6 +224,11 @@ impl UpstreamService {
     }
 
     fn working_dir(&self, server: &McpServer) -> PathBuf {
+        self.home_of(server)
+    }
+
+    /// Where a stdio server's private home is on this instance's disk.
+    pub fn home_of(&self, server: &McpServer) -> PathBuf {
         server_home(&self.settings.storage.data_dir, &server.user_id, server.id)
     }
 }

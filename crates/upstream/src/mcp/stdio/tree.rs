@@ -26,7 +26,7 @@ struct Process {
     /// Clock ticks after boot: with the pid, names one process even if the pid is reused.
     start: u64,
     rss_pages: u64,
-    /// Named `socat`: the egress forwarder of a sandbox, when it is where one is.
+    /// Named `mcp-pool-egress`: the egress forwarder of a sandbox, when it is where one is.
     forwarder: bool,
 }
 
@@ -76,7 +76,7 @@ impl ProcessTable {
     /// A sandboxed server's sandbox: its leader (bubblewrap), the leader's child
     /// (bubblewrap's init in the pid namespace), and with egress the one forwarder
     /// the server's first process started. Counted by place in the tree, so a server
-    /// naming its processes `bwrap` hides nothing; one `socat` at most is taken.
+    /// naming its processes `bwrap` hides nothing; one forwarder at most is taken.
     fn sandbox_processes(
         &self,
         leader: i32,
@@ -144,7 +144,8 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Process> {
         pgrp: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
         rss_pages: fields.get(21)?.parse().ok()?,
-        forwarder: comm == "socat",
+        // The kernel keeps 15 bytes of a name: the whole of this one.
+        forwarder: comm == "mcp-pool-egress",
     })
 }
 
