@@ -6,7 +6,7 @@
 //! bound before the server starts, so its first request finds it; the child ends with
 //! the sandbox's pid namespace when the server exits.
 //!
-//! The standard library and libc's `fork` only: it starts with every such server, so it
+//! The standard library and libc's `fork` and `prctl` only: it starts with every such server, so it
 //! must start fast and hold little.
 
 use std::io::{Read, Write};
@@ -35,9 +35,20 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let parent = std::process::id() as i32;
     // SAFETY: one thread so far; the child only runs the forwarding loop below.
     match unsafe { libc_fork() } {
-        0 => forward(listener, &socket),
+        0 => {
+            // Gone with the server even outside a pid namespace of its own.
+            // SAFETY: plain system calls on this process.
+            unsafe {
+                prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if getppid() != parent {
+                    std::process::exit(0);
+                }
+            }
+            forward(listener, &socket)
+        }
         pid if pid > 0 => {
             drop(listener);
             let error = std::process::Command::new(program).args(&args[4..]).exec();
@@ -57,7 +68,12 @@ fn main() {
 unsafe extern "C" {
     #[link_name = "fork"]
     fn libc_fork() -> i32;
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    fn getppid() -> i32;
 }
+
+const PR_SET_PDEATHSIG: i32 = 1;
+const SIGKILL: u64 = 9;
 
 /// Accepts forever; each connection is piped both ways to a fresh connection to the proxy.
 fn forward(listener: TcpListener, socket: &str) -> ! {

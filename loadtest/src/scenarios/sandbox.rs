@@ -22,10 +22,15 @@ struct Mode {
     network: &'static str,
 }
 
-const MODES: [Mode; 3] = [
+const MODES: [Mode; 4] = [
     Mode {
         label: "unsandboxed",
         sandbox: false,
+        network: "host",
+    },
+    Mode {
+        label: "sandbox, network host",
+        sandbox: true,
         network: "host",
     },
     Mode {
