@@ -905,75 +905,8 @@ async fn a_registry_api_is_read_page_by_page() {
 
 /// The files called `name` below `dir`.
 fn files_named(dir: &std::path::Path, name: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_named(&path, name));
-        } else if path.file_name().is_some_and(|n| n == name) {
-            found.push(path);
-        }
-    }
-    found
-}
-
-/// The catalog's fetch server runs sandboxed: mcp-server-fetch (httpx, through the
-/// sandbox's egress proxy) reaches a host the URL policy allows and is refused one it does
-/// not. (The seed's mcp-server-sqlite 2025.4.25 does not start with today's `mcp`
-/// package, sandboxed or not: `'Server' object has no attribute 'list_resources'`.)
-#[tokio::test]
-async fn the_catalogs_fetch_server_reaches_only_what_the_url_policy_allows() {
-    // The default policy (no loopback), with one name the operator allowed, which a
-    // scripted DNS resolves to a loopback address where a web server listens.
-    let web = std::net::IpAddr::from([127, 0, 0, 2]);
-    let dns = crate::sandbox::Names(std::collections::HashMap::from([("docs.example", web)]));
-    let app = crate::helpers::spawn_app_resolving(Some(Arc::new(dns)), |s| {
-        s.catalog.runtimes = runtimes();
-        s.security.allowed_url_hosts = vec!["docs.example".into()];
-    })
-    .await;
-    let port = crate::sandbox::web_server(web).await;
-    // The catalog's fetch entry, as an operator would import it for servers that may
-    // reach private addresses (the package refuses loopback itself otherwise): the proxy
-    // and the URL policy are then what decide.
-    import(
-        &app,
-        json!({
-            "$schema": "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json",
-            "name": "io.example/fetch-private",
-            "description": "mcp-server-fetch allowed private addresses",
-            "version": "2026.10.24",
-            "packages": [{
-                "registryType": "pypi", "identifier": "mcp-server-fetch", "version": "2026.10.24",
-                "transport": {"type": "stdio"},
-                "packageArguments": [{"type": "named", "name": "--allow-private-ips",
-                                      "format": "boolean", "default": "true"}]
-            }]
-        }),
-    )
-    .await;
-    enable(&app, "io.example/fetch-private", json!({})).await;
-    let fetch = app
-        .create_server_ok("u", json!({"catalog": "io.example/fetch-private"}))
-        .await;
-    let page = call_text(
-        &app,
-        "u",
-        &fetch,
-        "fetch",
-        json!({"url": format!("http://docs.example:{port}/page"), "raw": true}),
-    )
-    .await;
-    assert!(page.contains("hello from 127.0.0.2"), "{page}");
-    let refused = app
-        .call(
-            "u",
-            &fetch,
-            "fetch",
-            json!({"url": format!("http://127.0.0.2:{port}/page"), "raw": true}),
-        )
-        .await;
-    assert_eq!(refused.status, StatusCode::OK, "{}", refused.text);
-    assert_eq!(refused.body["isError"], true, "{}", refused.text);
-    assert!(!refused.text.contains("hello from"), "{}", refused.text);
+    crate::sandbox::walk(dir)
+        .into_iter()
+        .filter(|path| path.file_name().is_some_and(|n| n == name))
+        .collect()
 }

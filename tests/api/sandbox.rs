@@ -252,11 +252,12 @@ async fn each_server_keeps_its_state_in_a_private_home_that_goes_with_it() {
     assert!(!homes[0].exists(), "the home outlived its server");
 }
 
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+/// Every file below `dir` (links not followed into).
+pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.is_dir() {
+        if path.is_dir() && !path.is_symlink() {
             found.extend(walk(&path));
         } else {
             found.push(path);

@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_pool_app};
+use crate::sandbox::walk;
 use crate::upstreams::text_of;
 
 fn browsers() -> PathBuf {
@@ -173,17 +174,4 @@ async fn chrome_devtools_mcp_drives_its_browser_with_its_profile_in_its_home() {
                 .contains("chrome-devtools-mcp/chrome-profile")
         });
     assert!(profile, "the browser profile is in the server's home");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() && !path.is_symlink() {
-            found.extend(walk(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
 }

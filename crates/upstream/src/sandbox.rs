@@ -108,7 +108,7 @@ impl Sandbox {
         };
         if settings.mode == SandboxMode::Off {
             tracing::warn!(
-                "pool.sandbox.mode is \"off\": stdio servers run as the service and see its files, its environment's host and its network; they are not isolated from each other or from the service"
+                "pool.sandbox.mode is \"off\": stdio servers run as the service, with its files, processes and network in reach; they are not isolated from each other or from the service"
             );
             return Arc::new(sandbox);
         }
