@@ -105,7 +105,7 @@ fn rand_u32() -> u32 {
 }
 
 /// Live (not zombie) processes whose command line is `sleep <tag>`.
-fn sleepers(tag: u32) -> usize {
+pub fn sleepers(tag: u32) -> usize {
     let wanted = format!("sleep\0{tag}\0");
     std::fs::read_dir("/proc")
         .unwrap()

@@ -15,6 +15,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app_resolving, spawn_pool_app, spawn_pool_app_with};
+use crate::processes::sleepers;
 use crate::upstreams::{eventually, fixture_binary, text_of};
 
 /// The probe preset (network as given; absent: the pool's default) and `user`'s server.
@@ -264,20 +265,6 @@ pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
-}
-
-/// Live (not zombie) `sleep <seconds>` processes on the host.
-fn sleepers(seconds: u32) -> usize {
-    let wanted = format!("sleep\0{seconds}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| {
-            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            (cmdline == wanted.as_bytes() && !stat.contains(") Z")).then_some(())
-        })
-        .count()
 }
 
 #[tokio::test]

@@ -135,22 +135,6 @@ impl Sandbox {
         Arc::new(sandbox)
     }
 
-    /// No sandbox at all (tools of the CLI that never start a server).
-    pub fn off() -> Arc<Self> {
-        Arc::new(Sandbox {
-            mode: SandboxMode::Off,
-            bwrap: PathBuf::new(),
-            unavailable: None,
-            no_egress: None,
-            forwarder: PathBuf::new(),
-            files: PathBuf::new(),
-            etc: PathBuf::new(),
-            default_network: NetworkMode::Host,
-            tmp_size_bytes: 0,
-            shared_read_only: Vec::new(),
-        })
-    }
-
     pub fn is_on(&self) -> bool {
         self.mode == SandboxMode::On
     }

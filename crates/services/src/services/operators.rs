@@ -62,34 +62,6 @@ pub struct ServerSummary {
     pub home_bytes: Option<u64>,
 }
 
-/// Most entries of a home read to size it: a server's files are its own to multiply, and
-/// a page of the list must not wait on a million of them.
-const MAX_HOME_ENTRIES: usize = 100_000;
-
-/// The bytes of the files below `folder` (links not followed, at most
-/// [`MAX_HOME_ENTRIES`] entries read); `None` when it does not exist.
-fn folder_bytes(folder: &std::path::Path) -> Option<u64> {
-    std::fs::symlink_metadata(folder).ok()?;
-    let (mut total, mut seen, mut stack) = (0u64, 0usize, vec![folder.to_path_buf()]);
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            seen += 1;
-            if seen > MAX_HOME_ENTRIES {
-                return Some(total);
-            }
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.len();
-            }
-        }
-    }
-    Some(total)
-}
-
 /// Which page of a list, as a caller gives it.
 #[derive(Default, Clone, Copy)]
 pub struct Paging {
@@ -362,7 +334,7 @@ impl OperatorService {
         let sizes = tokio::task::spawn_blocking(move || {
             homes
                 .into_iter()
-                .map(|home| home.and_then(|home| folder_bytes(&home)))
+                .map(|home| home.and_then(|home| super::upstream::home_bytes(&home)))
                 .collect::<Vec<_>>()
         })
         .await

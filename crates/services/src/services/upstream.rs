@@ -27,7 +27,7 @@ mod connections;
 mod explain;
 mod features;
 mod runtime;
-pub(crate) use runtime::server_home;
+pub(crate) use runtime::{home_bytes, server_home};
 mod tool_search;
 
 pub use assistant::{AssistantTool, AssistantTools, Audience, ServerCatalog, UnavailableServer};

@@ -45,7 +45,7 @@ pub enum UpstreamTransport {
         /// What the server may use (its cgroup's limits, where it gets one).
         limits: super::stdio::StdioLimits,
         /// Its sandbox: the pool's, and what this server's holds (`working_dir` is its
-        /// home). `None`: none (the CLI, probes of the load tool).
+        /// home). `None`: none (the pool's sandbox is off; probes of the load tool).
         sandbox: Option<(
             std::sync::Arc<crate::sandbox::Sandbox>,
             crate::sandbox::SandboxPlan,
@@ -162,9 +162,11 @@ pub async fn connect(
                 limits,
                 sandbox,
             } => {
-                let sandboxed = matches!(sandbox, Some((sandbox, _)) if sandbox.is_on());
+                // Whether to sandbox was decided with the plan (`None` where the pool's
+                // sandbox is off).
+                let sandboxed = sandbox.is_some();
                 let (mut command_line, egress) = match sandbox {
-                    Some((sandbox, plan)) if sandbox.is_on() => {
+                    Some((sandbox, plan)) => {
                         let mut whole: BTreeMap<String, String> =
                             inherited_env.iter().cloned().collect();
                         whole.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -179,7 +181,7 @@ pub async fn connect(
                             .map_err(McpError::Connect)?;
                         (made.command, made.egress)
                     }
-                    _ => {
+                    None => {
                         std::fs::create_dir_all(working_dir).map_err(|e| {
                             McpError::Connect(format!("cannot create the working directory: {e}"))
                         })?;

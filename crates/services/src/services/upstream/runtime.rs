@@ -52,7 +52,7 @@ impl UpstreamService {
                     args: launch.args,
                     env: launch.env.expose().clone(),
                     inherited_env: self.inherited_env(),
-                    working_dir: self.working_dir(&server),
+                    working_dir: self.home_of(&server),
                     limits: self.stdio_limits(None),
                 },
                 Resolved::Remote { sse, url, headers } => {
@@ -113,7 +113,7 @@ impl UpstreamService {
                 args: launch.args.clone(),
                 env: launch.env.expose().clone(),
                 inherited_env: self.inherited_env(),
-                working_dir: self.working_dir(server),
+                working_dir: self.home_of(server),
                 limits: self.stdio_limits(None),
             },
             Transport::Sse(endpoint) if global => UpstreamTransport::Sse {
@@ -143,7 +143,7 @@ impl UpstreamService {
                     args: resolved.args,
                     env: resolved.env.expose().clone(),
                     inherited_env: self.inherited_env(),
-                    working_dir: self.working_dir(server),
+                    working_dir: self.home_of(server),
                     limits: self.stdio_limits(Some(&preset.spec)),
                 }
             }
@@ -214,17 +214,13 @@ impl UpstreamService {
                 .cloned(),
         );
         let plan = SandboxPlan {
-            home: self.working_dir(server),
+            home: self.home_of(server),
             network: spec.network,
             read_only,
             writable: spec.writable_paths.clone(),
             allow_hosts: spec.allow_hosts.clone(),
         };
         Some((self.sandbox.clone(), plan))
-    }
-
-    fn working_dir(&self, server: &McpServer) -> PathBuf {
-        self.home_of(server)
     }
 
     /// Where a stdio server's private home is on this instance's disk.
@@ -242,4 +238,32 @@ pub(crate) fn server_home(data_dir: &std::path::Path, user: &UserId, server: Uui
         .join("work")
         .join(&user[..16])
         .join(server.to_string())
+}
+
+/// Most entries of a home read to size it: a server's files are its own to multiply, and
+/// a page of the list must not wait on a million of them.
+const MAX_HOME_ENTRIES: usize = 100_000;
+
+/// The bytes of the files in a server's home, `folder` (links not followed, at most
+/// [`MAX_HOME_ENTRIES`] entries read); `None` when it does not exist.
+pub(crate) fn home_bytes(folder: &std::path::Path) -> Option<u64> {
+    std::fs::symlink_metadata(folder).ok()?;
+    let (mut total, mut seen, mut stack) = (0u64, 0usize, vec![folder.to_path_buf()]);
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            seen += 1;
+            if seen > MAX_HOME_ENTRIES {
+                return Some(total);
+            }
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    Some(total)
 }
