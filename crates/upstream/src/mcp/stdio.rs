@@ -8,7 +8,7 @@
 //!   session of its own, found by parentage: [`tree`], and every process in the
 //!   server's own cgroup where the service may make one: [`cgroup`]), TERM first and
 //!   KILL after a grace, and nothing may outlive the service even when it is killed
-//!   with SIGKILL: a small watchdog process (the [`GroupGuard`]) holds the list of live
+//!   with SIGKILL: a small watchdog process (`guard::GroupGuard`) holds the list of live
 //!   groups and kills them, and empties the servers' cgroups, when the service's end of
 //!   its pipe closes;
 //! - a server's cgroup carries its memory and process limits, and when its output ends
@@ -19,23 +19,16 @@
 //!   its buffer behind (rmcp keeps the read buffer at its largest size for the life of
 //!   the connection: 16 MiB per connection after one big result).
 
-use std::collections::{BTreeMap, HashSet};
-use std::io::Write as _;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use regex::bytes::Regex;
 use rmcp::RoleClient;
-use rmcp::model::{
-    CallToolResult, ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcResponse, RequestId,
-    ServerNotification, ServerRequest, ServerResult,
-};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 /// The JSON-RPC error code the transport answers an oversized message with; the client
@@ -44,12 +37,6 @@ pub(crate) const MESSAGE_TOO_LARGE_CODE: i32 = -32_099;
 
 /// How long a stopping group gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
-
-/// Read buffers above this size are given back after the message that needed them.
-const KEPT_BUFFER: usize = 64 * 1024;
-
-/// How much of an oversized line's head and tail is kept to find its request id.
-const ID_WINDOW: usize = 1024;
 
 /// What to start, the limit on one incoming message, and what the server may use.
 pub(crate) struct StdioCommand {
@@ -80,55 +67,6 @@ pub type ExitNote = Arc<OnceLock<String>>;
 
 /// How long a server whose output ended gets to exit before its status is left unsaid.
 const EXIT_WAIT: Duration = Duration::from_millis(200);
-
-/// Ids of the `tools/call` requests sent and not answered yet, so that their answers are
-/// read as tool results at once. rmcp's `ServerResult` is an untagged union that lists
-/// `CallToolResult` 16th: read through it, each call's answer first failed 15 other
-/// shapes, a serde error formatted for each (~29,000 instructions, a sixth of a REST
-/// call's).
-#[derive(Clone, Default)]
-struct PendingCalls(Arc<Mutex<HashSet<RequestId>>>);
-
-/// More unanswered calls than this on one connection means answers went missing (a
-/// server that never answers what was cancelled): the ids are dropped, and the answers
-/// that still come are read the general way, as any other answer.
-const MAX_PENDING_CALLS: usize = 65_536;
-
-impl PendingCalls {
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Notes a call going out, or one the client gave up on.
-    fn outgoing(&self, message: &TxJsonRpcMessage<RoleClient>) {
-        match message {
-            JsonRpcMessage::Request(request)
-                if matches!(request.request, ClientRequest::CallToolRequest(_)) =>
-            {
-                let mut set = self.set();
-                if set.len() >= MAX_PENDING_CALLS {
-                    set.clear();
-                }
-                set.insert(request.id.clone());
-            }
-            JsonRpcMessage::Notification(notification) => {
-                if let ClientNotification::CancelledNotification(cancelled) =
-                    &notification.notification
-                    && let Some(id) = &cancelled.params.request_id
-                {
-                    self.set().remove(id);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn answered(&self, id: &RequestId) -> bool {
-        self.set().remove(id)
-    }
-}
 
 impl StdioTransport {
     /// Starts the command as the leader of a new process group, registered with the guard
@@ -415,17 +353,6 @@ fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None::<Signal>).is_ok()
 }
 
-/// Processes of the service's live stdio servers beyond their leaders (each leader is
-/// already counted as a connection), in their groups or not: what
-/// `pool.max_stdio_processes` also counts.
-pub(crate) fn extra_group_processes() -> usize {
-    guard()
-        .survey()
-        .values()
-        .map(|usage| usage.processes.saturating_sub(1))
-        .sum()
-}
-
 /// Finds the service's cgroups (removing what a dead instance left) before the first
 /// server starts, and warns of limits configured where none can be enforced.
 pub fn prepare_containment(memory_limit: bool, task_limit: bool) {
@@ -442,392 +369,19 @@ pub fn prepare_containment(memory_limit: bool, task_limit: bool) {
     }
 }
 
-/// What each live stdio server runs now, by its process group: processes and resident
-/// memory (a fresh reading of `/proc`).
-pub fn group_usage() -> BTreeMap<i32, GroupUsage> {
-    guard().survey()
-}
-
-/// A live server's group as the guard keeps it: what left the group, and its cgroup
-/// where it has one (every process in it is the server's).
-#[derive(Debug, Clone, Default)]
-struct LiveGroup {
-    escaped: tree::Escaped,
-    cgroup: Option<Arc<ServerCgroup>>,
-    sandbox: Option<tree::SandboxShape>,
-}
-
-/// The watchdog: `/bin/sh` reading `+pgid` and `-pgid` lines, in its own process group so
-/// a terminal's Ctrl-C does not reach it. When its stdin closes (the service exited, or
-/// was killed with SIGKILL) it kills every group still listed and every process in the
-/// servers' cgroups (its arguments are the directories that hold them), then exits.
-pub(crate) struct GroupGuard {
-    pipe: Mutex<Option<std::process::ChildStdin>>,
-    /// Each live group, with what left it.
-    live: Mutex<BTreeMap<i32, LiveGroup>>,
-    page_bytes: u64,
-}
-
-const GUARD_SCRIPT: &str = r#"
-trap '' INT TERM HUP
-groups=" "
-while IFS= read -r line; do
-  case "$line" in
-    +*) groups="$groups${line#+} " ;;
-    -*) id="${line#-}"
-        case "$groups" in *" $id "*) groups="${groups%% $id *} ${groups#* $id }" ;; esac ;;
-  esac
-done
-for group in $groups; do kill -KILL "-$group" 2>/dev/null; done
-for pass in 1 2 3; do
-  for base in "$@"; do
-    for server in "$base"/server-*/; do
-      [ -e "${server}cgroup.procs" ] || continue
-      [ -e "${server}cgroup.kill" ] && echo 1 > "${server}cgroup.kill"
-      while IFS= read -r pid; do kill -KILL "$pid" 2>/dev/null; done < "${server}cgroup.procs"
-    done
-  done
-done
-"#;
-
-/// The process's one guard, started on first use.
-pub fn guard() -> &'static GroupGuard {
-    static GUARD: OnceLock<GroupGuard> = OnceLock::new();
-    GUARD.get_or_init(|| {
-        use std::os::unix::process::CommandExt as _;
-        let started = std::process::Command::new("/bin/sh")
-            .arg("-c")
-            .arg(GUARD_SCRIPT)
-            .arg("mcp-pool-guard")
-            .args(cgroup::cgroups().bases())
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn();
-        let pipe = match started {
-            Ok(mut child) => {
-                let pipe = child.stdin.take();
-                // Reaped by a thread of its own; it only exits after the service.
-                std::thread::spawn(move || child.wait());
-                pipe
-            }
-            Err(error) => {
-                tracing::warn!(%error, "no stdio process guard: children may outlive a crash");
-                None
-            }
-        };
-        // Processes that leave a group are found while their parent lives: look often.
-        let surveyor = std::thread::Builder::new()
-            .name("stdio-survey".into())
-            .spawn(|| {
-                loop {
-                    std::thread::sleep(tree::SURVEY_EVERY);
-                    guard().survey();
-                }
-            });
-        if let Err(error) = surveyor {
-            tracing::warn!(%error, "stdio processes are surveyed only when counted or stopped");
-        }
-        GroupGuard {
-            pipe: Mutex::new(pipe),
-            live: Mutex::new(BTreeMap::new()),
-            page_bytes: tree::page_bytes(),
-        }
-    })
-}
-
-impl GroupGuard {
-    fn tell(&self, line: String) {
-        if let Some(pipe) = self.pipe.lock().expect("guard pipe").as_mut() {
-            // Lines are far below PIPE_BUF: each write is atomic, and the guard only reads.
-            let _ = pipe.write_all(line.as_bytes());
-        }
-    }
-
-    // The watchdog is told while the list is locked, so that it hears of a group in the
-    // order the list changed (a survey's `+` never after the `-` of its server's end).
-
-    fn add(
-        &self,
-        pgid: i32,
-        cgroup: Option<Arc<ServerCgroup>>,
-        sandbox: Option<tree::SandboxShape>,
-    ) {
-        let mut live = self.live.lock().expect("guard list");
-        live.insert(
-            pgid,
-            LiveGroup {
-                escaped: tree::Escaped::default(),
-                cgroup,
-                sandbox,
-            },
-        );
-        self.tell(format!("+{pgid}\n"));
-    }
-
-    /// Forgets the group and the groups its processes led.
-    fn remove(&self, pgid: i32) {
-        let mut live = self.live.lock().expect("guard list");
-        let groups = live
-            .remove(&pgid)
-            .map(|e| e.escaped.groups)
-            .unwrap_or_default();
-        for group in std::iter::once(pgid).chain(groups) {
-            self.tell(format!("-{group}\n"));
-        }
-    }
-
-    /// What left the group, as last read.
-    fn escaped(&self, pgid: i32) -> LiveGroup {
-        self.live
-            .lock()
-            .expect("guard list")
-            .get(&pgid)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Reads `/proc` once: records what left each live group (listing the groups its
-    /// processes lead, so that a SIGKILL of the service ends them too) and tells what
-    /// each group's server runs.
-    fn survey(&self) -> BTreeMap<i32, GroupUsage> {
-        if self.live.lock().expect("guard list").is_empty() {
-            return BTreeMap::new();
-        }
-        let table = tree::ProcessTable::read();
-        let mut usage = BTreeMap::new();
-        let mut live = self.live.lock().expect("guard list");
-        for (pgid, group) in live.iter_mut() {
-            let in_cgroup = group
-                .cgroup
-                .as_ref()
-                .map(|cgroup| cgroup.members())
-                .unwrap_or_default();
-            let (now, new_groups) =
-                group
-                    .escaped
-                    .survey(*pgid, in_cgroup, &table, self.page_bytes, group.sandbox);
-            usage.insert(*pgid, now);
-            for group in new_groups {
-                self.tell(format!("+{group}\n"));
-            }
-        }
-        usage
-    }
-}
-
-/// Newline-delimited messages with a size limit. A line over the limit is skipped without
-/// being buffered; when its request id can be found (in its head, where rmcp and the
-/// Python SDK put it, or its tail, where the TypeScript SDK does) the waiting request is
-/// answered at once with [`MESSAGE_TOO_LARGE_CODE`].
-struct LineReader<R> {
-    read: BufReader<R>,
-    line: Vec<u8>,
-    max: usize,
-    calls: PendingCalls,
-    /// Set while the rest of an oversized line is being skipped (reads may be cancelled
-    /// between chunks, so this lives here and not on the stack).
-    skipping: Option<Skipped>,
-}
-
-struct Skipped {
-    head: Vec<u8>,
-    tail: Vec<u8>,
-    bytes: usize,
-}
-
-impl<R: tokio::io::AsyncRead + Unpin + Send> LineReader<R> {
-    fn new(read: R, max: usize, calls: PendingCalls) -> Self {
-        Self {
-            read: BufReader::new(read),
-            line: Vec::new(),
-            max,
-            calls,
-            skipping: None,
-        }
-    }
-
-    async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        loop {
-            let (consumed, done) = {
-                let available = match self.read.fill_buf().await {
-                    Ok(available) => available,
-                    Err(error) => {
-                        tracing::warn!(%error, "reading from a stdio server failed");
-                        return None;
-                    }
-                };
-                if available.is_empty() {
-                    return None;
-                }
-                let newline = available.iter().position(|b| *b == b'\n');
-                let chunk = &available[..newline.map_or(available.len(), |i| i + 1)];
-                if let Some(skipped) = self.skipping.as_mut() {
-                    skipped.push(chunk);
-                } else if self.line.len() + chunk.len() > self.max {
-                    let mut skipped = Skipped {
-                        head: Vec::new(),
-                        tail: Vec::new(),
-                        bytes: 0,
-                    };
-                    skipped.push(&self.line);
-                    skipped.push(chunk);
-                    self.line = Vec::new();
-                    self.skipping = Some(skipped);
-                } else {
-                    self.line.extend_from_slice(chunk);
-                }
-                (chunk.len(), newline.is_some())
-            };
-            self.read.consume(consumed);
-            if !done {
-                continue;
-            }
-            if let Some(skipped) = self.skipping.take() {
-                if let Some(answer) = skipped.answer(self.max) {
-                    return Some(answer);
-                }
-                continue;
-            }
-            let parsed = parse_line(&self.line, &self.calls);
-            self.line.clear();
-            if self.line.capacity() > KEPT_BUFFER {
-                self.line.shrink_to(KEPT_BUFFER);
-            }
-            if let Some(message) = parsed {
-                return Some(message);
-            }
-        }
-    }
-}
-
-impl Skipped {
-    fn push(&mut self, chunk: &[u8]) {
-        self.bytes += chunk.len();
-        if self.head.len() < ID_WINDOW {
-            let take = (ID_WINDOW - self.head.len()).min(chunk.len());
-            self.head.extend_from_slice(&chunk[..take]);
-        }
-        self.tail
-            .extend_from_slice(&chunk[chunk.len().saturating_sub(ID_WINDOW)..]);
-        if self.tail.len() > ID_WINDOW {
-            self.tail.drain(..self.tail.len() - ID_WINDOW);
-        }
-    }
-
-    /// The error answer for the request this line answered, when its id can be found.
-    fn answer(self, max: usize) -> Option<RxJsonRpcMessage<RoleClient>> {
-        static HEAD: OnceLock<Regex> = OnceLock::new();
-        static TAIL: OnceLock<Regex> = OnceLock::new();
-        let id = r#"(-?\d+|"(?:[^"\\]|\\.)*")"#;
-        let head = HEAD.get_or_init(|| {
-            Regex::new(&format!(
-                r#"^\s*\{{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*{id}"#
-            ))
-            .expect("a valid pattern")
-        });
-        let tail = TAIL.get_or_init(|| {
-            Regex::new(&format!(
-                r#""id"\s*:\s*{id}\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}}\s*$"#
-            ))
-            .expect("a valid pattern")
-        });
-        let found = head
-            .captures(&self.head)
-            .or_else(|| tail.captures(&self.tail))
-            .and_then(|c| serde_json::from_slice::<serde_json::Value>(&c[1]).ok());
-        let Some(id) = found else {
-            tracing::error!(
-                bytes = self.bytes,
-                max,
-                "a stdio server sent a message over the size limit; it was dropped"
-            );
-            return None;
-        };
-        tracing::warn!(
-            bytes = self.bytes,
-            max,
-            "a stdio server's answer is over the size limit; its request fails"
-        );
-        serde_json::from_value(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": MESSAGE_TOO_LARGE_CODE,
-                "message": format!("the answer is larger than the service accepts ({max} bytes)"),
-                "data": {"limitBytes": max},
-            }
-        }))
-        .ok()
-    }
-}
-
-/// A message whose answer, if it is one, is read as a tool result.
-type ToolCallMessage = JsonRpcMessage<ServerRequest, CallToolResult, ServerNotification>;
-
-/// One message, or `None` for a line that is empty or not a message (logged).
-///
-/// While calls are unanswered, a line is first read as a tool call's answer: taken when it
-/// answers one of them; requests, notifications and errors read this way are taken as they
-/// are. Anything else (an answer to another request, a line this reading refuses) is read
-/// the general way, as rmcp would, so a call's answer that is not a plain tool result (a
-/// task, an input request) comes out just as before.
-fn parse_line(line: &[u8], calls: &PendingCalls) -> Option<RxJsonRpcMessage<RoleClient>> {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return None;
-    }
-    let any_pending = !calls.set().is_empty();
-    if any_pending && let Ok(message) = serde_json::from_slice::<ToolCallMessage>(line) {
-        match message {
-            JsonRpcMessage::Response(answer) if calls.answered(&answer.id) => {
-                return Some(JsonRpcMessage::Response(JsonRpcResponse {
-                    jsonrpc: answer.jsonrpc,
-                    id: answer.id,
-                    result: ServerResult::CallToolResult(answer.result),
-                }));
-            }
-            JsonRpcMessage::Response(_) => {}
-            JsonRpcMessage::Request(request) => return Some(JsonRpcMessage::Request(request)),
-            JsonRpcMessage::Notification(notification) => {
-                return Some(JsonRpcMessage::Notification(notification));
-            }
-            JsonRpcMessage::Error(error) => {
-                if let Some(id) = &error.id {
-                    calls.answered(id);
-                }
-                return Some(JsonRpcMessage::Error(error));
-            }
-        }
-    }
-    match serde_json::from_slice(line) {
-        Ok(message) => {
-            if any_pending && let JsonRpcMessage::Response(JsonRpcResponse { id, .. }) = &message {
-                calls.answered(id);
-            }
-            Some(message)
-        }
-        Err(error) => {
-            tracing::debug!(%error, "ignored a line from a stdio server that is not a message");
-            None
-        }
-    }
-}
-
-/// Whether the guard lists a group (for tests).
-#[cfg(test)]
-pub(crate) fn guard_lists(pgid: i32) -> bool {
-    guard().live.lock().expect("guard list").contains_key(&pgid)
-}
-
 mod cgroup;
+mod guard;
+mod lines;
 #[cfg(test)]
 mod tests;
 mod tree;
+
+use guard::LiveGroup;
+pub(crate) use guard::extra_group_processes;
+#[cfg(test)]
+pub(crate) use guard::guard_lists;
+pub use guard::{group_usage, guard};
+use lines::{LineReader, PendingCalls};
 
 use cgroup::ServerCgroup;
 pub use cgroup::StdioLimits;

@@ -1,3 +1,7 @@
+use rmcp::model::{ClientRequest, JsonRpcMessage, RequestId, ServerResult};
+use tokio::io::AsyncBufReadExt;
+
+use super::lines::KEPT_BUFFER;
 use super::*;
 
 async fn read_all(input: &[u8], max: usize) -> (Vec<RxJsonRpcMessage<RoleClient>>, usize) {
