@@ -46,6 +46,8 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                 // a lock): shared writable, as README "Sandbox" says.
                 read_only_paths: Vec::new(),
                 writable_paths: vec![npm_cache.display().to_string()],
+                allowed_runtime_flags: Vec::new(),
+                end_of_options: true,
             },
         ),
         (
@@ -61,6 +63,8 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                 ]),
                 read_only_paths: Vec::new(),
                 writable_paths: vec![uv_cache.display().to_string()],
+                allowed_runtime_flags: Vec::new(),
+                end_of_options: true,
             },
         ),
         (
@@ -72,6 +76,9 @@ fn runtimes() -> BTreeMap<String, RuntimeSettings> {
                 env: BTreeMap::new(),
                 read_only_paths: Vec::new(),
                 writable_paths: Vec::new(),
+                allowed_runtime_flags: Vec::new(),
+                // The fixture takes no `--`.
+                end_of_options: false,
             },
         ),
     ])
@@ -787,7 +794,9 @@ type RegistryState = (Arc<Vec<Vec<Value>>>, Arc<Mutex<Vec<String>>>);
 
 /// A Registry API on loopback (`GET /v0.1/servers`, cursor paging, `updated_since`), as
 /// the official registry answers; it records the queries it was asked.
-async fn registry_on_loopback(pages: Vec<Vec<Value>>) -> (String, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn registry_on_loopback(
+    pages: Vec<Vec<Value>>,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     use axum::extract::{Query, State};
     let asked: Arc<Mutex<Vec<String>>> = Arc::default();
     let state = (Arc::new(pages), asked.clone());

@@ -98,6 +98,18 @@ pub struct RuntimeSettings {
     /// runtime insists on writing to).
     #[serde(default)]
     pub writable_paths: Vec<String>,
+    /// The flags an entry's `runtimeArguments` may pass to the runtime; an entry naming
+    /// another is refused (a registry's entry is third-party input).
+    #[serde(default)]
+    pub allowed_runtime_flags: Vec<String>,
+    /// Pass `--` before the package, so that nothing after it is read as the runtime's own
+    /// option (npx, uvx and docker take it); off for a runtime that does not.
+    #[serde(default = "yes")]
+    pub end_of_options: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The audit log (see `services::audit`).

@@ -21,6 +21,9 @@ use url::Url;
 use super::{LaunchSpec, SecretMap};
 use crate::invalid::InvalidInput;
 
+mod package_name;
+mod url_template;
+
 /// The `server.json` schema the catalog validates against (the Registry's, pinned).
 pub const SERVER_JSON_SCHEMA_VERSION: &str = "2025-12-11";
 
@@ -102,6 +105,10 @@ pub struct PackageRuntime {
     pub env: BTreeMap<String, String>,
     /// The host paths its servers' sandboxes share (its cache).
     pub sandbox: super::SandboxSpec,
+    /// The entries' runtime arguments it takes (`--node-options`); any other is refused.
+    pub allowed_runtime_flags: Vec<String>,
+    /// `--` goes before the package, so nothing after it is read as the runtime's option.
+    pub end_of_options: bool,
 }
 
 /// The parts of `server.json` the pool uses; the rest is kept in the stored document.
@@ -385,9 +392,14 @@ impl ServerJson {
         let values = Values(chosen);
         match self.runnable(runtimes)? {
             Runnable::Package(package, runtime) => {
+                let at = package_name::position(&self.packages, package);
+                package_name::check_package(package, &self.version, Some(runtime), &at)?;
                 let version = package.version.as_deref().unwrap_or(&self.version);
                 let mut args = runtime.args.clone();
                 values.arguments(&package.runtime_arguments, &mut args);
+                if runtime.end_of_options {
+                    args.push("--".to_owned());
+                }
                 args.push(
                     runtime
                         .package
@@ -409,11 +421,14 @@ impl ServerJson {
                 }))
             }
             Runnable::Remote(remote) => {
-                let raw = values.fill(&remote.url);
-                let url = Url::parse(&raw).map_err(|e| {
+                let url = url_template::fill(&remote.url, &values.0).map_err(|e| {
+                    let mut named: Vec<&str> =
+                        remote.variables.keys().map(String::as_str).collect();
+                    named.retain(|name| remote.url.contains(&format!("{{{name}}}")));
                     InvalidInput::value(format!(
-                        "the URL of '{}' is not valid with these values: {e}",
-                        self.name
+                        "the URL of '{}' is not valid with the values of {}: {e}",
+                        self.name,
+                        named.join(", ")
                     ))
                 })?;
                 let mut headers = BTreeMap::new();
@@ -602,6 +617,8 @@ mod tests {
                 package: "{identifier}@{version}".into(),
                 env: BTreeMap::from([("NPM_CONFIG_CACHE".into(), "/cache".into())]),
                 sandbox: Default::default(),
+                allowed_runtime_flags: Vec::new(),
+                end_of_options: true,
             },
         )])
     }
@@ -678,6 +695,7 @@ mod tests {
             [
                 "--offline",
                 "--yes",
+                "--",
                 "@x/fs@2.0.0",
                 "/srv/a",
                 "--mode=ro",

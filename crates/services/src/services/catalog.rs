@@ -122,6 +122,8 @@ impl CatalogService {
                             writable_paths: r.writable_paths.clone(),
                             ..Default::default()
                         },
+                        allowed_runtime_flags: r.allowed_runtime_flags.clone(),
+                        end_of_options: r.end_of_options,
                     },
                 )
             })
@@ -186,6 +188,9 @@ impl CatalogService {
             return Err(Error::InvalidServerJson(problems));
         }
         let server = ServerJson::parse(document)?;
+        server
+            .check_packages(None)
+            .map_err(|e| Error::InvalidServerJson(vec![e.to_string()]))?;
         // The Registry refuses ranges too; the schema only says "not latest".
         let ranged = |v: &str| {
             v.starts_with(['^', '~', '>', '<', '=']) || v.contains('*') || v.ends_with(".x")
@@ -222,6 +227,14 @@ impl CatalogService {
                         .collect(),
                 ),
                 other => other,
+            })?;
+            server.check_packages(Some(&self.runtimes)).map_err(|e| {
+                let at = if several {
+                    format!("document {i}: ")
+                } else {
+                    String::new()
+                };
+                Error::InvalidServerJson(vec![format!("{at}{e}")])
             })?;
             parsed.push((server, document));
         }
