@@ -5,8 +5,9 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode, Statement,
+    TransactionOptions, TransactionTrait,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -87,6 +88,31 @@ fn stored(row: task::Model) -> Result<StoredTask, StoreError> {
     })
 }
 
+/// The advisory lock space of users' task counts (the second key is the user's hash).
+const TASKS_LOCK: i32 = 0x7461_736b;
+
+fn row(task: &StoredTask) -> task::ActiveModel {
+    task::ActiveModel {
+        id: Set(task.id),
+        user_id: Set(task.user_id.as_str().to_owned()),
+        assistant_id: Set(task.assistant_id.as_ref().map(|a| a.as_str().to_owned())),
+        origin: Set(task.origin.as_str().to_owned()),
+        server_name: Set(task.server_name.clone()),
+        tool_name: Set(task.tool_name.clone()),
+        status: Set(task.status.as_str().to_owned()),
+        status_message: Set(task.status_message.clone()),
+        result: Set(task.result.clone()),
+        error: Set(task.error.clone()),
+        input_requests: Set(task.input_requests.clone()),
+        instance_id: Set(task.instance_id.0),
+        created_at: Set(task.created_at),
+        updated_at: Set(task.updated_at),
+        expires_at: Set(task.expires_at),
+        server_id: Set(task.upstream.as_ref().map(|u| u.server_id)),
+        upstream_task_id: Set(task.upstream.as_ref().map(|u| u.task_id.clone())),
+    }
+}
+
 fn open() -> Condition {
     Condition::any()
         .add(task::Column::Status.eq(TaskStatus::Working.as_str()))
@@ -103,29 +129,44 @@ impl TaskRepo {
         Self { db }
     }
 
-    pub async fn insert(&self, task: &StoredTask) -> Result<(), StoreError> {
-        task::Entity::insert(task::ActiveModel {
-            id: Set(task.id),
-            user_id: Set(task.user_id.as_str().to_owned()),
-            assistant_id: Set(task.assistant_id.as_ref().map(|a| a.as_str().to_owned())),
-            origin: Set(task.origin.as_str().to_owned()),
-            server_name: Set(task.server_name.clone()),
-            tool_name: Set(task.tool_name.clone()),
-            status: Set(task.status.as_str().to_owned()),
-            status_message: Set(task.status_message.clone()),
-            result: Set(task.result.clone()),
-            error: Set(task.error.clone()),
-            input_requests: Set(task.input_requests.clone()),
-            instance_id: Set(task.instance_id.0),
-            created_at: Set(task.created_at),
-            updated_at: Set(task.updated_at),
-            expires_at: Set(task.expires_at),
-            server_id: Set(task.upstream.as_ref().map(|u| u.server_id)),
-            upstream_task_id: Set(task.upstream.as_ref().map(|u| u.task_id.clone())),
-        })
-        .exec_without_returning(self.db.writer()?)
-        .await?;
-        Ok(())
+    /// Stores an open task unless its user has `max_open` open already (`false`). The
+    /// count and the insert are one transaction holding the user's turn (PostgreSQL: an
+    /// advisory lock on the user, SQLite: the write lock of `BEGIN IMMEDIATE`), so
+    /// concurrent requests, on this instance or another, cannot all pass one count.
+    pub async fn insert_within(
+        &self,
+        task: &StoredTask,
+        max_open: u64,
+    ) -> Result<bool, StoreError> {
+        let txn = self
+            .db
+            .writer()?
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..Default::default()
+            })
+            .await?;
+        if txn.get_database_backend() == DbBackend::Postgres {
+            txn.query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                [TASKS_LOCK.into(), task.user_id.as_str().into()],
+            ))
+            .await?;
+        }
+        let open = task::Entity::find()
+            .filter(task::Column::UserId.eq(task.user_id.as_str()))
+            .filter(open())
+            .count(&txn)
+            .await?;
+        if open >= max_open {
+            return Ok(false);
+        }
+        task::Entity::insert(row(task))
+            .exec_without_returning(&txn)
+            .await?;
+        txn.commit().await?;
+        Ok(true)
     }
 
     /// The task, if it has not expired.
@@ -150,15 +191,6 @@ impl TaskRepo {
             .into_iter()
             .map(stored)
             .collect()
-    }
-
-    /// How many of a user's tasks are still open.
-    pub async fn count_open(&self, user: &UserId) -> Result<u64, StoreError> {
-        Ok(task::Entity::find()
-            .filter(task::Column::UserId.eq(user.as_str()))
-            .filter(open())
-            .count(self.db.reader()?)
-            .await?)
     }
 
     /// Ends an open task: `status` is terminal, with its result or error; `false` when it

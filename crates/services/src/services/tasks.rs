@@ -103,8 +103,6 @@ pub struct NewTask {
 struct Handover {
     id: Uuid,
     new: NewTask,
-    /// Its caller waited inline (and takes an end that came meanwhile as it is).
-    inline: bool,
     ended: oneshot::Receiver<TaskEnd>,
     stored: oneshot::Sender<bool>,
     shared: Arc<Shared>,
@@ -170,6 +168,8 @@ impl Tasks {
     /// Runs `work` as a task of `new.user`. With `inline`, a call that ends within that
     /// time is answered as it is and leaves no row; otherwise the task is stored (before
     /// this returns, so a `tasks/get` for it is answered at once) and the call goes on.
+    /// A task past the user's `max_open_per_user` is refused: without `inline` before the
+    /// call starts, with it once the call outlasts the wait (the call is then stopped).
     /// `work` gets the task's handle: its cancellation, its status message, and the
     /// questions it puts to the client (`input_required`).
     pub async fn start(
@@ -178,44 +178,32 @@ impl Tasks {
         inline: Option<Duration>,
         work: impl FnOnce(TaskHandle) -> TaskWork,
     ) -> Result<Started> {
-        // A call answered inline never becomes a task: it is counted only if it outlasts
-        // the wait (`hand_over`), so quick calls read nothing from the database.
-        if inline.is_none() {
-            self.check_limit(&new.user).await?;
-        }
+        let Some(wait) = inline else {
+            return self.start_stored(new, work).await;
+        };
         let id = Uuid::new_v4();
         let shared = Arc::new(Shared::default());
         let (ended_tx, mut ended) = oneshot::channel::<TaskEnd>();
         let (stored_tx, stored) = oneshot::channel::<bool>();
-        let handle = TaskHandle {
-            id,
-            shared: shared.clone(),
-            tasks: self.clone(),
-        };
-        let call = work(handle);
-        // Registered at once: a question asked before the row exists is answered here too.
-        self.launch(
+        self.launch_work(
             Run {
                 id,
                 shared: shared.clone(),
                 ended: ended_tx,
                 stored,
             },
-            call,
+            work,
         );
         // A caller that goes away while it waits inline takes the call with it.
         let abandon = shared.cancel.clone().drop_guard();
         // The inline wait ends early when the server made a task of the call itself
         // (`TaskHandle::becomes_task_when`): it decided the call is long.
-        let inline_end = match inline {
-            Some(wait) => tokio::select! {
-                end = tokio::time::timeout(wait, &mut ended) => end.ok(),
-                () = shared.promoted.notified() => None,
-            },
-            None => None,
+        let inline_end = tokio::select! {
+            end = tokio::time::timeout(wait, &mut ended) => end.ok(),
+            () = shared.promoted.notified() => None,
         };
+        abandon.disarm();
         if let Some(end) = inline_end {
-            abandon.disarm();
             return match end {
                 Ok(end) => Ok(Started::Inline(end)),
                 Err(_) => Err(Error::Unexpected(anyhow::anyhow!(
@@ -223,13 +211,11 @@ impl Tasks {
                 ))),
             };
         }
-        abandon.disarm();
         // From here the task is made whether or not its caller still waits: a row written
         // and a call left running without one would be a task nobody can see end.
         let handover = Handover {
             id,
             new,
-            inline: inline.is_some(),
             ended,
             stored: stored_tx,
             shared,
@@ -239,36 +225,61 @@ impl Tasks {
             .map_err(|_| Error::Unexpected(anyhow::anyhow!("making the task failed")))?
     }
 
-    /// The call outlasted the inline wait (or there was none): the row, unless the call
-    /// ended meanwhile and its caller takes the end as it is.
+    /// Starts `work` as the call of `run`'s task, registered here at once: a question it
+    /// asks before the row exists is answered here too.
+    fn launch_work(&self, run: Run, work: impl FnOnce(TaskHandle) -> TaskWork) {
+        let handle = TaskHandle {
+            id: run.id,
+            shared: run.shared.clone(),
+            tasks: self.clone(),
+        };
+        let call = work(handle);
+        self.launch(run, call);
+    }
+
+    /// A task that is one from the start: its row first (refused past the user's limit,
+    /// nothing run), then its call, whose every change goes to the row.
+    async fn start_stored(
+        &self,
+        new: NewTask,
+        work: impl FnOnce(TaskHandle) -> TaskWork,
+    ) -> Result<Started> {
+        let id = Uuid::new_v4();
+        let task = self.store_new(id, new, Snapshot::default()).await?;
+        // Its row exists: every change goes to it.
+        let shared = Arc::new(Shared::adopted(None));
+        // Nobody waits inline: the end goes to the row, which exists.
+        let (ended, _) = oneshot::channel::<TaskEnd>();
+        let (stored_tx, stored) = oneshot::channel::<bool>();
+        let _ = stored_tx.send(true);
+        self.launch_work(
+            Run {
+                id,
+                shared,
+                ended,
+                stored,
+            },
+            work,
+        );
+        Ok(Started::Task(Box::new(task)))
+    }
+
+    /// The call outlasted the inline wait: the row, unless the call ended meanwhile and
+    /// its caller takes the end as it is.
     async fn hand_over(self, handover: Handover) -> Result<Started> {
         let Handover {
             id,
             new,
-            inline,
             mut ended,
             stored,
             shared,
         } = handover;
-        // A call that would become a task past its user's limit is stopped and refused.
-        if inline && let Err(refused) = self.check_limit(&new.user).await {
-            self.forget(id);
-            shared.cancel.cancel();
-            let _ = stored.send(false);
-            return Err(refused);
-        }
         // From here the call's end goes to the row: an end sent before `close` is taken
         // now, any later send fails and the runner waits for the row instead.
         ended.close();
         if let Ok(end) = ended.try_recv() {
             let _ = stored.send(false);
-            if inline {
-                return Ok(Started::Inline(end));
-            }
-            return self
-                .store_new(id, new, Snapshot::default(), Some(end))
-                .await
-                .map(|task| Started::Task(Box::new(task)));
+            return Ok(Started::Inline(end));
         }
         // What the call said and asked so far goes into the row; later changes are
         // written as they come (`TaskHandle`).
@@ -278,11 +289,12 @@ impl Tasks {
             state.stored = true;
             state.snapshot()
         };
-        match self.store_new(id, new, snapshot, None).await {
+        match self.store_new(id, new, snapshot).await {
             Ok(task) => {
                 let _ = stored.send(true);
                 Ok(Started::Task(Box::new(task)))
             }
+            // Past the user's limit (or not stored): the call is stopped.
             Err(error) => {
                 self.forget(id);
                 shared.cancel.cancel();
@@ -292,24 +304,9 @@ impl Tasks {
         }
     }
 
-    /// Refuses a new task to a user with `max_open_per_user` open.
-    async fn check_limit(&self, user: &UserId) -> Result<()> {
-        let max = self.inner.settings.max_open_per_user;
-        if self.inner.store.tasks().count_open(user).await? >= max {
-            return Err(Error::TooManyTasks(max));
-        }
-        Ok(())
-    }
-
-    /// Stores a new task, open or (a call that ended while it was being made) already
-    /// settled, and tells the user's streams.
-    async fn store_new(
-        &self,
-        id: Uuid,
-        new: NewTask,
-        snapshot: Snapshot,
-        end: Option<TaskEnd>,
-    ) -> Result<StoredTask> {
+    /// Stores a new open task, unless its user has `max_open_per_user` open, and tells the
+    /// user's streams.
+    async fn store_new(&self, id: Uuid, new: NewTask, snapshot: Snapshot) -> Result<StoredTask> {
         let now = crate::domain::now();
         let ttl = chrono::Duration::from_std(self.ttl()).unwrap_or(chrono::Duration::MAX);
         let Snapshot {
@@ -318,13 +315,6 @@ impl Tasks {
             input_requests,
             upstream,
         } = snapshot;
-        let (status, result, error, input_requests) = match end {
-            None => (status, None, None, input_requests),
-            Some(end) => {
-                let (status, result, error) = end.into_row();
-                (status, result, error, None)
-            }
-        };
         let task = StoredTask {
             id,
             user_id: new.user,
@@ -334,8 +324,8 @@ impl Tasks {
             tool_name: new.tool_name,
             status,
             status_message,
-            result,
-            error,
+            result: None,
+            error: None,
             input_requests,
             instance_id: self.inner.cluster.me(),
             created_at: now,
@@ -343,7 +333,10 @@ impl Tasks {
             expires_at: now + ttl,
             upstream,
         };
-        self.inner.store.tasks().insert(&task).await?;
+        let max = self.inner.settings.max_open_per_user;
+        if !self.inner.store.tasks().insert_within(&task, max).await? {
+            return Err(Error::TooManyTasks(max));
+        }
         self.announce(&task);
         Ok(task)
     }

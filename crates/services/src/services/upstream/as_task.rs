@@ -65,12 +65,20 @@ impl UpstreamService {
             .pool
             .runtime_of(&ConnectionKey::shared(user.clone(), id))
         {
+            // A member who left the team keeps a live connection for a moment: refused
+            // now, as the call would be.
+            if let Some(group) = &runtime.server.team
+                && !self.policies.attributes(user).await?.groups.contains(group)
+            {
+                return Err(missing());
+            }
             return Ok(runtime.server.spec.name.as_str().to_owned());
         }
+        // A team server of one of the user's groups too, as a call finds it.
         let server = self
             .store
             .servers()
-            .get(user, id)
+            .usable(user, id)
             .await?
             .ok_or_else(missing)?;
         Ok(server.spec.name.as_str().to_owned())
