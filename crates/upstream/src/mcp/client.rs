@@ -137,6 +137,8 @@ pub struct McpClient {
     changes: Option<super::listen::ChangeListener>,
     /// A stdio server's process.
     stdio: Option<StdioProcess>,
+    /// Why the pool ended the session while requests still held it: what they fail with.
+    ended_by_pool: std::sync::OnceLock<String>,
 }
 
 /// A stdio server's process: its group, its limits, and why it ended once it has.
@@ -182,6 +184,7 @@ impl McpClient {
             challenges,
             changes,
             stdio,
+            ended_by_pool: std::sync::OnceLock::new(),
         }
     }
 
@@ -207,7 +210,12 @@ impl McpClient {
     /// and a lost stdio server with the reason it ended.
     fn explain(&self, error: rmcp::service::ServiceError) -> McpError {
         let error = self.challenges.explain(error.into());
-        match (&error, self.exit_cause()) {
+        let cause = self
+            .ended_by_pool
+            .get()
+            .cloned()
+            .or_else(|| self.exit_cause());
+        match (&error, cause) {
             (McpError::Transport(_), Some(cause)) => McpError::Transport(cause),
             _ => error,
         }
@@ -731,6 +739,28 @@ impl McpClient {
     /// Closes the session (for stdio: closes stdin, then TERM, then KILL).
     pub async fn close(&mut self, timeout: Duration) {
         let _ = self.service.close_with_timeout(timeout).await;
+    }
+
+    /// Ends the session while requests still hold it (a stop during a call): its loop is
+    /// cancelled, which closes the transport as `close` does (a stdio server's whole
+    /// group ended), and each waiting request fails with `reason`. Returns once the
+    /// process is gone (or the transport closed), or after `timeout`.
+    pub async fn end_now(&self, reason: &str, timeout: Duration) {
+        let _ = self.ended_by_pool.set(reason.to_owned());
+        self.service.cancellation_token().cancel();
+        let gone = async {
+            loop {
+                let ended = match &self.stdio {
+                    Some(process) => !super::stdio::group_alive(process.group),
+                    None => self.service.peer().is_transport_closed(),
+                };
+                if ended {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let _ = tokio::time::timeout(timeout, gone).await;
     }
 }
 

@@ -349,7 +349,7 @@ impl Drop for ChildGroup {
 }
 
 /// Whether any process is left in the group (signal 0 probes without signalling).
-fn group_alive(pgid: i32) -> bool {
+pub(crate) fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None::<Signal>).is_ok()
 }
 

@@ -25,6 +25,11 @@ use crate::metrics::Metrics;
 
 /// How long a stopping actor lets its session close politely before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// How long a stop during calls waits for the session's process to be gone (its group
+/// gets a grace after EOF and after TERM, then KILL).
+const STOP_WAIT: Duration = Duration::from_secs(6);
+/// What calls cut short by a stop fail with.
+const STOPPED_DURING_CALL: &str = "the connection was stopped while the request ran (its server was deleted or changed, or an admin stopped it)";
 
 pub enum ConnectionMsg {
     /// Give me a session, connecting first if needed. `span` is the asker's (its request
@@ -396,12 +401,12 @@ impl Actor for ConnectionActor {
         // An idle user's tool lists would otherwise outlive the session by the cache TTL.
         state.catalogs.forget(&state.key).await;
         match std::mem::replace(&mut state.phase, Phase::Disconnected) {
-            Phase::Connected { client } => {
-                if let Ok(mut client) = Arc::try_unwrap(client) {
-                    client.close(CLOSE_GRACE).await;
-                }
-                // Otherwise the last lease to finish drops the session, killing the child.
-            }
+            Phase::Connected { client } => match Arc::try_unwrap(client) {
+                Ok(mut client) => client.close(CLOSE_GRACE).await,
+                // Calls still hold it: a stop is now (its process ended before the stop
+                // is answered), and they fail saying so.
+                Err(shared) => shared.end_now(STOPPED_DURING_CALL, STOP_WAIT).await,
+            },
             Phase::Connecting { waiters } => {
                 for waiter in waiters {
                     let _ = waiter.send(Err(PoolError::Stopped));
