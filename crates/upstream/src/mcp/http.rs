@@ -8,8 +8,10 @@
 //! wait forever, and every call of every user with it. Sessions on `https` servers
 //! therefore lease a client in groups of at most `sessions_per_client`: a server sees one
 //! connection per group, and a group's client goes (its idle connections closed) when its
-//! last session does. Plain `http` never becomes HTTP/2 (no ALPN), so those sessions share
-//! one client, whose idle HTTP/1.1 connections serve any of them.
+//! last session does. Plain `http` never becomes HTTP/2 (no ALPN), so the sessions on one
+//! origin share one client, whose idle HTTP/1.1 connections serve any of them, and which
+//! goes with the origin's last session: a deleted server is left no idle connection (a
+//! server waiting for its clients to leave could not stop for the idle timeout).
 //!
 //! Every client comes from the [`Dialer`], which holds the TLS configuration (its root
 //! store, ~250 KiB once loaded, built once) and applies the URL policy to every dial.
@@ -20,10 +22,9 @@ use std::time::Duration;
 
 use crate::security::{Dialer, Redirects, UrlPolicy};
 
-/// Hands out HTTP clients: one shared for `http`, and for `https` each to at most
+/// Hands out HTTP clients: for `http` one per origin, and for `https` each to at most
 /// `sessions_per_client` sessions at once.
 pub struct UpstreamHttp {
-    plain: reqwest::Client,
     groups: Arc<Groups>,
 }
 
@@ -41,6 +42,8 @@ struct GroupClients {
 
 struct GroupClient {
     id: u64,
+    /// The `http` origin it serves alone; `None`: a group of `https` sessions.
+    origin: Option<String>,
     client: reqwest::Client,
     sessions: usize,
 }
@@ -50,7 +53,7 @@ struct GroupClient {
 #[derive(Clone)]
 pub struct LeasedClient {
     pub client: reqwest::Client,
-    _lease: Option<Arc<Lease>>,
+    _lease: Arc<Lease>,
 }
 
 struct Lease {
@@ -93,32 +96,27 @@ impl UpstreamHttp {
             clients: Mutex::default(),
         };
         Ok(Self {
-            plain: groups.build(),
             groups: Arc::new(groups),
         })
     }
 
-    /// The client for one session on `url`: for `https`, one whose group has room, else
-    /// a new one.
+    /// The client for one session on `url`: for `http`, its origin's; for `https`, one
+    /// whose group has room, else a new one.
     pub fn lease(&self, url: &url::Url) -> LeasedClient {
-        if url.scheme() != "https" {
-            return LeasedClient {
-                client: self.plain.clone(),
-                _lease: None,
-            };
-        }
+        let origin = (url.scheme() != "https").then(|| url.origin().ascii_serialization());
+        let per_client = self.groups.sessions_per_client;
         let mut clients = self.groups.lock();
-        let index = match clients
-            .all
-            .iter()
-            .position(|c| c.sessions < self.groups.sessions_per_client)
-        {
+        let index = match clients.all.iter().position(|c| match &origin {
+            Some(origin) => c.origin.as_ref() == Some(origin),
+            None => c.origin.is_none() && c.sessions < per_client,
+        }) {
             Some(index) => index,
             None => {
                 let id = clients.next_id;
                 clients.next_id += 1;
                 clients.all.push(GroupClient {
                     id,
+                    origin,
                     client: self.groups.build(),
                     sessions: 0,
                 });
@@ -129,10 +127,10 @@ impl UpstreamHttp {
         chosen.sessions += 1;
         LeasedClient {
             client: chosen.client.clone(),
-            _lease: Some(Arc::new(Lease {
+            _lease: Arc::new(Lease {
                 groups: self.groups.clone(),
                 client: chosen.id,
-            })),
+            }),
         }
     }
 
@@ -162,7 +160,12 @@ impl UpstreamHttp {
 
     /// How many `https` group clients exist (each with its own connections).
     pub(crate) fn group_clients(&self) -> usize {
-        self.groups.lock().all.len()
+        self.groups
+            .lock()
+            .all
+            .iter()
+            .filter(|c| c.origin.is_none())
+            .count()
     }
 }
 
@@ -201,10 +204,16 @@ mod tests {
             .collect();
         assert_eq!(http.group_clients(), 3, "five sessions in groups of two");
         let plain = url::Url::parse("http://mcp.example.com/mcp").unwrap();
-        let _plain: Vec<LeasedClient> = (0..5).map(|_| http.lease(&plain)).collect();
-        assert_eq!(http.group_clients(), 3, "plain http shares one client");
+        let plain_leases: Vec<LeasedClient> = (0..5).map(|_| http.lease(&plain)).collect();
+        assert_eq!(http.group_clients(), 3, "plain http is in no group");
+        assert_eq!(http.groups.lock().all.len(), 4, "one client for the origin");
         drop(leases);
         assert_eq!(http.group_clients(), 0, "clients nobody holds are gone");
+        drop(plain_leases);
+        assert!(
+            http.groups.lock().all.is_empty(),
+            "the origin's client goes with its last session"
+        );
         let first = http.lease(&https);
         let second = http.lease(&https);
         assert_eq!(http.group_clients(), 1, "a group with room is filled first");
