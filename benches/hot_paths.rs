@@ -269,6 +269,41 @@ fn policy(c: &mut Criterion) {
     );
 }
 
+/// A rule near its cost budget (`services::policies`, "Cost" in the README): a pairwise
+/// `exists` over a call's 64 items, reckoned at about 33,300 steps of the 50,000 a rule
+/// may take. What it takes is what a step costs, and what a call may be held by a rule.
+fn policy_near_budget(c: &mut Criterion) {
+    use mcp_pool::domain::{CallVia, PolicyAction, PolicyRule, RuleScope, UserAttributes};
+    use mcp_pool::services::policies::{CallFacts, RuleSet};
+    let rule = PolicyRule {
+        name: "pairwise".into(),
+        description: String::new(),
+        on: RuleScope::Call,
+        when: "arguments.items.exists(a, arguments.items.exists(b, a == b + 1000000))".into(),
+        action: PolicyAction::Deny,
+        fields: Vec::new(),
+        dry_run: false,
+    };
+    let set = RuleSet::compile(vec![rule]).expect("the rule compiles");
+    let user = UserId::parse("u").expect("user");
+    let attributes = UserAttributes::default();
+    let runtime = embedded_runtime(&user);
+    let tool = Tool::new("echo", "Echoes", Arc::new(serde_json::Map::new()));
+    let arguments = json!({"items": (0..64).collect::<Vec<u32>>()});
+    let facts = CallFacts {
+        user: &user,
+        attributes: &attributes,
+        server: &runtime.server,
+        tool: &tool,
+        arguments: Some(&arguments),
+        via: CallVia::Rest,
+    };
+    assert_eq!(set.decide_call(&facts, None).action, "allow");
+    c.bench_function("policy/pairwise_64_items", |b| {
+        b.iter(|| set.decide_call(black_box(&facts), None))
+    });
+}
+
 /// Times `runs` single runs of `f` and prints their p50, p99 and max: the tail Criterion's
 /// mean does not show.
 fn one_at_a_time(label: &str, runs: usize, mut f: impl FnMut()) {
@@ -446,6 +481,7 @@ criterion_group!(
     registry,
     jsonrpc,
     policy,
+    policy_near_budget,
     tool_search
 );
 criterion_main!(benches);

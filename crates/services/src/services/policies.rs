@@ -31,6 +31,16 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
+mod cost;
+
+use cost::{
+    Cost, MAX_STEPS, SAVED_AT_LENGTH, off_reactor, over_budget, too_costly, unevaluated_applies,
+    with_reason,
+};
+
+/// What a whole set's conditions may cost a call together, at the lengths they are saved at.
+const MAX_SET_STEPS: u64 = 4 * MAX_STEPS;
+
 /// How long a user's attributes are read from memory before the database again: a change
 /// made on another instance applies within this.
 const ATTRIBUTES_TTL: Duration = Duration::from_secs(1);
@@ -57,6 +67,10 @@ pub struct Decision {
     /// The quotas that count the call when it runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<String>,
+    /// Why the rule decided without its condition being evaluated (it would have cost
+    /// too much on these arguments); the refusal says this instead of its description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Decision {
@@ -67,6 +81,7 @@ impl Decision {
             dry_run: Vec::new(),
             redact: Vec::new(),
             quotas: Vec::new(),
+            reason: None,
         }
     }
 
@@ -81,7 +96,10 @@ impl Decision {
     /// The refusal a caller reads: the rule's name and description.
     pub fn refusal(&self, policies: &Policies) -> Option<Error> {
         let rule = self.rule.clone()?;
-        let description = policies.description(&rule);
+        let description = self
+            .reason
+            .clone()
+            .unwrap_or_else(|| policies.description(&rule));
         if self.is_denied() {
             Some(Error::PolicyDenied { rule, description })
         } else if self.requires_approval() {
@@ -112,6 +130,8 @@ struct RuleSetRule {
     /// (`has(arguments.<key>)` included): a call holding none of them is decided as a call
     /// with no arguments, which its base evaluates once.
     argument_keys: Option<Vec<String>>,
+    /// What evaluating its condition costs, by the lengths of the lists it is given.
+    cost: Cost,
 }
 
 struct CompiledQuota {
@@ -131,6 +151,14 @@ pub struct RuleSet {
     env: Arc<cel::Env>,
     /// Some call rule reads the arguments.
     reads_arguments: bool,
+    /// Some call rule that reads the arguments iterates what they hold: its cost is
+    /// reckoned for each call's lists.
+    grows_with_arguments: bool,
+    /// What a call's base costs to build (its rules that do not read the arguments, and
+    /// the quotas), at the lengths rules are saved at.
+    base_steps: u64,
+    /// What a call costs (its base and the rules that read arguments) at those lengths.
+    saved_steps: u64,
     /// Call bases by the hash of what they were built from (checked again on a hit).
     bases: moka::sync::Cache<u64, Arc<CallBase>>,
 }
@@ -238,9 +266,14 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
                 let compiled = RuleSetRule {
                     uses_arguments: program.references().has_variable("arguments"),
                     argument_keys: argument_keys(program.expression()),
+                    cost: Cost::of(program.expression()),
                     rule: rule.clone(),
                     program,
                 };
+                let steps = compiled.cost.at(SAVED_AT_LENGTH);
+                if steps > MAX_STEPS {
+                    problems.push(over_budget("rules", i, &rule.name, steps));
+                }
                 match rule.on {
                     RuleScope::Call => calls.push(compiled),
                     RuleScope::Server => servers.push(compiled),
@@ -251,6 +284,7 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
     }
     let mut quotas = Vec::new();
     let mut token_quotas = Vec::new();
+    let mut quota_steps = 0u64;
     for (i, quota) in set.quotas.iter().enumerate() {
         let tokens = quota.counts == QuotaMeasure::SamplingTokens;
         match cel::Program::compile(&quota.when) {
@@ -272,6 +306,11 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
                 ))
             }
             Ok(program) => {
+                let steps = Cost::of(program.expression()).at(SAVED_AT_LENGTH);
+                if steps > MAX_STEPS {
+                    problems.push(over_budget("quotas", i, &quota.name, steps));
+                }
+                quota_steps = quota_steps.saturating_add(steps);
                 let compiled = CompiledQuota {
                     quota: quota.clone(),
                     program,
@@ -285,8 +324,26 @@ fn compile(set: PolicySet) -> std::result::Result<RuleSet, Vec<String>> {
             Err(errors) => problems.extend(where_wrong("quotas", i, &quota.name, &errors)),
         }
     }
+    let at_saved = |rules: &[RuleSetRule], arguments: bool| {
+        rules
+            .iter()
+            .filter(|r| r.uses_arguments == arguments)
+            .fold(0u64, |sum, r| {
+                sum.saturating_add(r.cost.at(SAVED_AT_LENGTH))
+            })
+    };
+    let base_steps = at_saved(&calls, false).saturating_add(quota_steps);
+    let set_steps = base_steps.saturating_add(at_saved(&calls, true));
+    if problems.is_empty() && set_steps > MAX_SET_STEPS {
+        problems.push(format!(
+            "the rules' conditions together would take about {set_steps} steps a call on lists of {SAVED_AT_LENGTH} items (at most {MAX_SET_STEPS}): make the costliest cheaper"
+        ));
+    }
     if problems.is_empty() {
         Ok(RuleSet {
+            grows_with_arguments: calls.iter().any(|r| r.uses_arguments && r.cost.grows()),
+            base_steps,
+            saved_steps: set_steps,
             reads_arguments: calls.iter().any(|r| r.uses_arguments),
             set,
             calls,
@@ -493,7 +550,12 @@ impl Policies {
                 &compiled.calls
             }
         };
-        let mut decision = decide(rules, &context, None);
+        let length = call
+            .arguments
+            .as_ref()
+            .map_or(0, |a| cost::longest(&Value::Object(a.clone())))
+            .max(SAVED_AT_LENGTH);
+        let mut decision = decide(rules, &context, None, length);
         if call.on == RuleScope::Call {
             decision.quotas = counting(&compiled.quotas, &context);
         }
@@ -648,7 +710,13 @@ impl Policies {
         let mut context = cel::Context::with_env(compiled.env.clone());
         context.add_variable_from_value("user", user_value(user, attributes));
         context.add_variable_from_value("server", server_value(server));
-        decide(&compiled.servers, &context, Some(&self.inner.metrics))
+        // Server rules read no arguments: bounded when saved.
+        decide(
+            &compiled.servers,
+            &context,
+            Some(&self.inner.metrics),
+            SAVED_AT_LENGTH,
+        )
     }
 }
 
@@ -670,10 +738,41 @@ impl RuleSet {
         if !self.governs_calls() {
             return Decision::allow();
         }
-        let base = self.base(facts, metrics);
         let arguments = facts.arguments.filter(|_| self.reads_arguments);
+        // The lists a condition iterates are the call's own: measured only where some
+        // rule's cost depends on them.
+        let length = match arguments {
+            Some(arguments) if self.grows_with_arguments => {
+                cost::longest(arguments).max(SAVED_AT_LENGTH)
+            }
+            _ => SAVED_AT_LENGTH,
+        };
+        let steps = if length == SAVED_AT_LENGTH {
+            self.saved_steps
+        } else {
+            self.calls
+                .iter()
+                .filter(|r| r.uses_arguments)
+                .fold(self.base_steps, |sum, r| {
+                    sum.saturating_add(r.cost.at(length).min(MAX_STEPS))
+                })
+        };
+        off_reactor(steps, || {
+            self.decide_call_on(facts, arguments, length, metrics)
+        })
+    }
+
+    fn decide_call_on(
+        &self,
+        facts: &CallFacts<'_>,
+        arguments: Option<&Value>,
+        length: u64,
+        metrics: Option<&Metrics>,
+    ) -> Decision {
+        let base = self.base(facts, metrics);
         // Bound only when a rule must be evaluated: binding converts the arguments deeply.
         let mut context: Option<cel::Context<'_, '_>> = None;
+        let mut unevaluated = None;
         let mut decision = decide_by(
             &self.calls,
             |index, compiled| {
@@ -690,6 +789,9 @@ impl RuleSet {
                 {
                     return without;
                 }
+                if let Some(reason) = too_costly(compiled, length) {
+                    return unevaluated_applies(compiled, reason, &mut unevaluated);
+                }
                 let context = context.get_or_insert_with(|| {
                     let mut scope = base.context.new_inner_scope();
                     scope.add_variable_from_value("arguments", to_cel(arguments));
@@ -700,7 +802,7 @@ impl RuleSet {
             metrics,
         );
         decision.quotas.clone_from(&base.quotas);
-        decision
+        with_reason(decision, unevaluated)
     }
 
     /// The call's base, from the cache or built (every rule that does not read the
@@ -959,17 +1061,24 @@ fn applies(
     }
 }
 
-/// The first rule that applies decides (dry-run ones are counted and passed over).
+/// The first rule that applies decides (dry-run ones are counted and passed over);
+/// `length`: the longest list the context holds.
 fn decide(
     rules: &[RuleSetRule],
     context: &cel::Context<'_, '_>,
     metrics: Option<&Metrics>,
+    length: u64,
 ) -> Decision {
-    decide_by(
+    let mut unevaluated = None;
+    let decision = decide_by(
         rules,
-        |_, compiled| applies(compiled, context, metrics),
+        |_, compiled| match too_costly(compiled, length) {
+            Some(reason) => unevaluated_applies(compiled, reason, &mut unevaluated),
+            None => applies(compiled, context, metrics),
+        },
         metrics,
-    )
+    );
+    with_reason(decision, unevaluated)
 }
 
 fn decide_by(
@@ -1008,6 +1117,7 @@ fn decide_by(
             dry_run,
             redact,
             quotas: Vec::new(),
+            reason: None,
         };
     }
     Decision {
