@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::tool_search::{CALL_TOOL, SEARCH_TOOLS};
 use crate::invalid::InvalidInput;
 
 /// At most this many overrides per assistant.
@@ -78,6 +79,11 @@ impl ToolOverrides {
                 if !is_model_name(name) {
                     return Err(InvalidInput::value(format!(
                         "{at}.name: 1 to {MAX_NAME_CHARS} letters, digits, '_' or '-' (what model APIs accept), got '{name}'"
+                    )));
+                }
+                if [SEARCH_TOOLS, CALL_TOOL].contains(&name.as_str()) {
+                    return Err(InvalidInput::value(format!(
+                        "{at}.name: '{name}' is one of the two tools an assistant offers in search mode; choose another"
                     )));
                 }
                 if !names.insert(name.as_str()) {
