@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 use crate::gateway::connect;
 use crate::helpers::{TestApp, spawn_pool_app};
 
-async fn put_overrides(app: &TestApp, user: &str, overrides: Value) -> crate::helpers::Reply {
+pub(crate) async fn put_overrides(
+    app: &TestApp,
+    user: &str,
+    overrides: Value,
+) -> crate::helpers::Reply {
     app.user(
         user,
         Method::PUT,

@@ -27,6 +27,7 @@ mod gateway_features;
 mod global_servers;
 mod governance;
 mod grpc;
+mod hardening;
 mod health;
 mod helpers;
 mod hostile_servers;

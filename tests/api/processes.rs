@@ -96,7 +96,7 @@ fn skipped_without_cgroups(sleeper: Sleeper) -> bool {
 }
 
 /// A tag no other test uses, so survivors are counted exactly.
-fn unique_tag() -> u32 {
+pub(crate) fn unique_tag() -> u32 {
     900_000 + rand_u32() % 99_999
 }
 
@@ -118,7 +118,7 @@ pub fn sleepers(tag: u32) -> usize {
         .count()
 }
 
-async fn no_sleepers_left(tag: u32) {
+pub(crate) async fn no_sleepers_left(tag: u32) {
     eventually(&format!("no `sleep {tag}` is left"), || async {
         sleepers(tag) == 0
     })

@@ -319,7 +319,7 @@ async fn a_task_is_read_and_cancelled_through_another_instance() {
 
 /// A client of the newest revision that declares the tasks extension.
 #[derive(Clone)]
-struct TasksClient;
+pub(crate) struct TasksClient;
 
 impl rmcp::ClientHandler for TasksClient {
     fn get_info(&self) -> rmcp::model::ClientConfig {
@@ -364,7 +364,7 @@ pub(crate) async fn discover<H: rmcp::ClientHandler>(
         .expect("the gateway serves a 2026-07-28 client")
 }
 
-fn call(name: &str, arguments: Value) -> CallToolRequestParams {
+pub(crate) fn call(name: &str, arguments: Value) -> CallToolRequestParams {
     let mut params = CallToolRequestParams::new(name.to_owned());
     params.arguments = arguments.as_object().cloned();
     params

@@ -259,7 +259,7 @@ async fn the_index_follows_a_servers_list_changed_and_the_users_curation() {
     assert!(found(&app, "appears").await.is_empty());
 }
 
-async fn set_exposure(app: &TestApp, exposure: &str) -> crate::helpers::Reply {
+pub(crate) async fn set_exposure(app: &TestApp, exposure: &str) -> crate::helpers::Reply {
     app.user(
         "u",
         Method::PUT,
