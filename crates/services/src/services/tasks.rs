@@ -248,19 +248,7 @@ impl Tasks {
         let task = self.store_new(id, new, Snapshot::default()).await?;
         // Its row exists: every change goes to it.
         let shared = Arc::new(Shared::adopted(None));
-        // Nobody waits inline: the end goes to the row, which exists.
-        let (ended, _) = oneshot::channel::<TaskEnd>();
-        let (stored_tx, stored) = oneshot::channel::<bool>();
-        let _ = stored_tx.send(true);
-        self.launch_work(
-            Run {
-                id,
-                shared,
-                ended,
-                stored,
-            },
-            work,
-        );
+        self.launch_work(Run::stored(id, shared), work);
         Ok(Started::Task(Box::new(task)))
     }
 
@@ -537,19 +525,7 @@ impl Tasks {
             return Ok(true);
         }
         tracing::info!(task = %id, from = %orphan.instance_id, "following on a task whose instance stopped");
-        // Nobody waits inline: the end goes to the row.
-        let (ended, _) = oneshot::channel();
-        let (stored_tx, stored) = oneshot::channel();
-        let _ = stored_tx.send(true);
-        self.launch(
-            Run {
-                id,
-                shared,
-                ended,
-                stored,
-            },
-            work,
-        );
+        self.launch(Run::stored(id, shared), work);
         handle
             .say("the instance that followed this task stopped; another follows it on".into())
             .await;

@@ -257,6 +257,21 @@ pub(super) struct Run {
     pub(super) stored: oneshot::Receiver<bool>,
 }
 
+impl Run {
+    /// The run of a task whose row exists: nobody waits inline, its end goes to the row.
+    pub(super) fn stored(id: Uuid, shared: Arc<Shared>) -> Self {
+        let (ended, _) = oneshot::channel();
+        let (stored_tx, stored) = oneshot::channel();
+        let _ = stored_tx.send(true);
+        Self {
+            id,
+            shared,
+            ended,
+            stored,
+        }
+    }
+}
+
 impl Tasks {
     /// Writes what an open task is doing, if its row exists yet.
     pub(super) async fn write_progress(&self, id: Uuid, shared: &Shared) {
